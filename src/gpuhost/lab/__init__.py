@@ -1,0 +1,1 @@
+"""The lab: simulated GPU hosts built from host specs, reached over real SSH."""

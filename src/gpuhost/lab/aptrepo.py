@@ -1,0 +1,97 @@
+"""A real, local apt repository of kernel packages, built from ``kernel.repository``.
+
+Each package is a small but genuine .deb (built by dpkg-deb) that installs
+``/boot/vmlinuz-<release>`` (kernels) or ``/usr/src/linux-headers-<release>`` (headers),
+and runs ``/etc/kernel/postinst.d`` hooks as the distribution's kernel packages do, so
+installing a kernel is a real ``apt install`` and refreshes the boot loader the same way.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def deb_version(release: str) -> str:
+    m = re.match(r"^(\d+(?:\.\d+)*)(?:-(\d+))?", release)
+    assert m, release
+    return m.group(1) + (f"-{m.group(2)}" if m.group(2) else "")
+
+
+def is_headers(package: str) -> bool:
+    return "headers" in package
+
+
+KERNEL_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /etc/kernel/postinst.d ]; then
+    run-parts --report --exit-on-error --arg={rel} --arg=/boot/vmlinuz-{rel} /etc/kernel/postinst.d
+fi
+"""
+KERNEL_POSTRM = """#!/bin/sh
+set -e
+if [ "$1" = remove ] && [ -d /etc/kernel/postrm.d ]; then
+    run-parts --report --exit-on-error --arg={rel} --arg=/boot/vmlinuz-{rel} /etc/kernel/postrm.d
+fi
+"""
+
+
+def build_package(name: str, release: str, out_dir: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="gpuhost-deb-") as tmp:
+        root = Path(tmp)
+        (root / "DEBIAN").mkdir()
+        if is_headers(name):
+            src = root / f"usr/src/linux-headers-{release}"
+            src.mkdir(parents=True)
+            (src / "Makefile").write_text(f"# headers for {release} (gpuhost lab)\nVERSION = {release}\n")
+            (src / "include/config").mkdir(parents=True)
+            (src / "include/config/kernel.release").write_text(release + "\n")
+            mods = root / f"lib/modules/{release}"
+            mods.mkdir(parents=True)
+            (mods / "build").symlink_to(f"/usr/src/linux-headers-{release}")
+            desc = f"Proxmox Kernel Headers {release} (gpuhost lab)"
+        else:
+            boot = root / "boot"
+            boot.mkdir()
+            (boot / f"vmlinuz-{release}").write_bytes(b"gpuhost-lab kernel image " + release.encode() + b"\n")
+            (boot / f"config-{release}").write_text(f"CONFIG_X86_AMD_PSTATE=y\nCONFIG_NUMA_BALANCING=y\n")
+            (boot / f"System.map-{release}").write_text("")
+            mods = root / f"lib/modules/{release}"
+            mods.mkdir(parents=True)
+            (mods / "modules.dep").write_text("")
+            for script, body in (("postinst", KERNEL_POSTINST), ("postrm", KERNEL_POSTRM)):
+                p = root / "DEBIAN" / script
+                p.write_text(body.format(rel=release))
+                p.chmod(0o755)
+            desc = f"Proxmox Kernel Image {release} (gpuhost lab)"
+        control = (f"Package: {name}\nVersion: {deb_version(release)}\nArchitecture: all\n"
+                   f"Maintainer: gpuhost lab <lab@gpuhost.invalid>\nSection: kernel\nPriority: optional\n"
+                   f"Description: {desc}\n")
+        (root / "DEBIAN/control").write_text(control)
+        deb = out_dir / f"{name}_{deb_version(release)}_all.deb"
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(root), str(deb)],
+                       check=True, capture_output=True)
+        return deb
+
+
+def build_repository(repository: dict[str, str], out_dir: Path) -> Path:
+    """Build a flat repository (``deb [trusted=yes] file:DIR ./``) in *out_dir*."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stanzas = []
+    for name, release in sorted(repository.items()):
+        deb = build_package(name, release, out_dir)
+        control = subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True).stdout
+        data = deb.read_bytes()
+        stanzas.append(control.rstrip("\n") + f"\nFilename: ./{deb.name}\nSize: {len(data)}\n"
+                       f"MD5sum: {hashlib.md5(data).hexdigest()}\nSHA256: {hashlib.sha256(data).hexdigest()}\n")
+    packages = "\n".join(stanzas).encode()
+    (out_dir / "Packages").write_bytes(packages)
+    date = time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime())
+    release = ("Origin: gpuhost-lab\nLabel: gpuhost-lab\nSuite: lab\nCodename: lab\nArchitectures: all amd64\n"
+               f"Date: {date}\n"
+               f"Description: gpuhost lab kernel packages\nSHA256:\n {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n")
+    (out_dir / "Release").write_text(release)
+    return out_dir

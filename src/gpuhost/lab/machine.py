@@ -1,0 +1,527 @@
+"""A simulated machine's volatile state for one boot, rendered as sysfs and procfs.
+
+``Machine`` is built from the spec and the ``BootState`` the kernel model derived; it
+owns the live values (governors, idle-state flags, sysctls, config space, persistence
+mode) and renders them into a ``Tree`` whose writes behave as the kernel's do.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import configspace
+from .kernel import EPP_CHOICES, BootState, default_governor, governors_for
+from .spec import GuestSpec, HostSpec, PciDevice
+from .tree import Blob, Tree, einval, text
+
+CPU = "sys/devices/system/cpu"
+BOOT_TIME = time.time()
+
+
+def cpulist(cpus: list[int]) -> str:
+    """Kernel list format: 0-31,64-95."""
+    out, start, prev = [], None, None
+    for c in sorted(cpus):
+        if start is None:
+            start = prev = c
+        elif c == prev + 1:
+            prev = c
+        else:
+            out.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = c
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(out)
+
+
+@dataclass
+class CpuTopo:
+    cpu: int
+    package: int
+    core: int
+    node: int
+    siblings: list[int] = field(default_factory=list)
+
+
+def topology(spec: HostSpec) -> list[CpuTopo]:
+    """Linux numbering: first thread of every core, then the second threads."""
+    c = spec.cpu
+    cores = c.sockets * c.cores_per_socket
+    per_node = max(1, cores // c.numa_nodes)
+    out = []
+    for t in range(c.threads_per_core):
+        for core in range(cores):
+            cpu = t * cores + core
+            out.append(CpuTopo(cpu, core // c.cores_per_socket, core % c.cores_per_socket,
+                               min(core // per_node, c.numa_nodes - 1),
+                               [tt * cores + core for tt in range(c.threads_per_core)]))
+    return out
+
+
+class Machine:
+    """The running state of a kind: host machine for one boot."""
+
+    def __init__(self, spec: HostSpec, boot: BootState,
+                 on_reboot: Callable[[str], None], on_container_restart: Callable[[int], None]):
+        self.spec = spec
+        self.boot = boot
+        self.on_reboot = on_reboot
+        self.on_container_restart = on_container_restart
+        self.cpus = topology(spec)
+        self.driver = boot.cpufreq_driver
+        self.status = boot.amd_pstate_status
+        self.governor = {t.cpu: boot.governor for t in self.cpus}
+        self.epp = {t.cpu: self._epp_default(boot.governor) for t in self.cpus}
+        self.idle_disabled = {(t.cpu, i): False for t in self.cpus for i in range(len(boot.cstate_names))}
+        self.sysctl = dict(boot.sysctl)
+        self.thp = boot.thp
+        self.thp_defrag = "madvise"
+        self.sched = {b.name: b.scheduler for b in spec.block}
+        self.read_ahead = {b.name: b.read_ahead_kb for b in spec.block}
+        self.persistence = {g.bdf: spec.nvidia.persistence_default for g in spec.nvidia.gpus} if spec.nvidia else {}
+        self.config: dict[str, tuple[bytearray, bytearray]] = {}
+        bus_range = self._bus_ranges()
+        for dev in spec.pci:
+            sec, sub = bus_range.get(dev.bdf, (0, 0))
+            self.config[dev.bdf] = configspace.build(dev, sec, sub)
+        self.tree = Tree()
+        self.render()
+
+    # ---- derived facts -------------------------------------------------------------
+    def _bus_ranges(self) -> dict[str, tuple[int, int]]:
+        kids: dict[str, list[PciDevice]] = {}
+        for dev in self.spec.pci:
+            if dev.parent:
+                kids.setdefault(dev.parent, []).append(dev)
+
+        def span(bdf: str) -> tuple[int, int]:
+            buses = [int(k.bdf[5:7], 16) for k in kids.get(bdf, [])]
+            subs = [span(k.bdf)[1] for k in kids.get(bdf, []) if k.is_bridge]
+            if not buses:
+                return 0, 0
+            return min(buses), max(buses + subs)
+
+        return {d.bdf: span(d.bdf) for d in self.spec.pci if d.is_bridge}
+
+    def _epp_default(self, governor: str | None) -> str | None:
+        if self.driver not in ("amd-pstate-epp", "intel_pstate"):
+            return None
+        return "performance" if governor == "performance" else "balance_performance"
+
+    def dev_path(self, bdf: str) -> str:
+        chain = []
+        dev = self.spec.device(bdf)
+        while dev is not None:
+            chain.append(dev.bdf)
+            dev = self.spec.device(dev.parent) if dev.parent else None
+        root = chain[-1]
+        return f"sys/devices/pci{root[:7]}/" + "/".join(reversed(chain))
+
+    def driver_of(self, dev: PciDevice) -> str | None:
+        if dev.driver:
+            return dev.driver
+        if dev.bdf in self.spec.gpu_bdfs:
+            return "nvidia" if self.boot.nvidia_loaded else None
+        return None
+
+    # ---- rendering -----------------------------------------------------------------
+    def render(self) -> None:
+        t = self.tree
+        self._render_cpus(t)
+        self._render_cpufreq(t)
+        self._render_cpuidle(t)
+        self._render_nodes(t)
+        self._render_pci(t)
+        self._render_iommu(t)
+        self._render_misc(t)
+        self._render_block(t)
+        self._render_proc(t)
+        self._render_ctl(t)
+
+    def _render_cpus(self, t: Tree) -> None:
+        n = len(self.cpus)
+        every = text(cpulist(list(range(n))))
+        for name in ("online", "possible", "present"):
+            t.attr(f"{CPU}/{name}", every)
+        t.attr(f"{CPU}/offline", b"\n")
+        t.attr(f"{CPU}/kernel_max", text(8191))
+        smt = self.spec.firmware.smt and self.spec.cpu.threads_per_core > 1
+        t.attr(f"{CPU}/smt/active", text(int(smt)))
+        t.attr(f"{CPU}/smt/control", text("on" if smt else ("off" if self.spec.firmware.smt else "notsupported")))
+        for c in self.cpus:
+            base = f"{CPU}/cpu{c.cpu}"
+            if c.cpu:
+                t.attr(f"{base}/online", text(1))
+            t.attr(f"{base}/topology/physical_package_id", text(c.package))
+            t.attr(f"{base}/topology/core_id", text(c.core))
+            t.attr(f"{base}/topology/thread_siblings_list", text(cpulist(c.siblings)))
+            t.attr(f"{base}/topology/core_cpus_list", text(cpulist(c.siblings)))
+            t.link(f"{base}/node{c.node}", f"../../node/node{c.node}")
+
+    def _render_cpufreq(self, t: Tree) -> None:
+        t.remove_tree(f"{CPU}/cpufreq")
+        t.remove_tree(f"{CPU}/amd_pstate")
+        t.remove_tree(f"{CPU}/intel_pstate")
+        for c in self.cpus:
+            t.remove_tree(f"{CPU}/cpu{c.cpu}/cpufreq")
+        fw = self.spec.firmware
+        if self.status is not None or (fw.vendor_cpu == "AuthenticAMD" and self.driver in ("amd-pstate", "amd-pstate-epp")):
+            t.attr(f"{CPU}/amd_pstate/status", lambda: text(self.status or "disable"), self._write_pstate_status)
+            t.attr(f"{CPU}/amd_pstate/prefcore", text("enabled"))
+        if self.driver == "intel_pstate":
+            t.attr(f"{CPU}/intel_pstate/status", text("active"))
+            t.attr(f"{CPU}/intel_pstate/no_turbo", text(0))
+        if self.driver is None:
+            t.mkdir(f"{CPU}/cpufreq")
+            return
+        govs = governors_for(self.driver)
+        c = self.spec.cpu
+        for topo in self.cpus:
+            cpu = topo.cpu
+            p = f"{CPU}/cpufreq/policy{cpu}"
+            t.attr(f"{p}/scaling_driver", text(self.driver))
+            t.attr(f"{p}/scaling_available_governors", text(" ".join(govs)))
+            t.attr(f"{p}/scaling_governor", lambda cpu=cpu: text(self.governor[cpu]),
+                   lambda v, cpu=cpu: self._write_governor(cpu, v))
+            t.attr(f"{p}/affected_cpus", text(cpu))
+            t.attr(f"{p}/related_cpus", text(cpu))
+            t.attr(f"{p}/cpuinfo_min_freq", text(c.min_khz))
+            t.attr(f"{p}/cpuinfo_max_freq", text(c.max_khz))
+            t.attr(f"{p}/scaling_min_freq", text(c.min_khz))
+            t.attr(f"{p}/scaling_max_freq", text(c.max_khz))
+            t.attr(f"{p}/scaling_cur_freq", lambda cpu=cpu: text(c.max_khz if self.governor[cpu] == "performance" else c.min_khz))
+            if self.driver in ("amd-pstate-epp", "intel_pstate"):
+                t.attr(f"{p}/energy_performance_available_preferences", text(" ".join(EPP_CHOICES)))
+                t.attr(f"{p}/energy_performance_preference", lambda cpu=cpu: text(self.epp[cpu]),
+                       lambda v, cpu=cpu: self._write_epp(cpu, v))
+            t.link(f"{CPU}/cpu{cpu}/cpufreq", f"../cpufreq/policy{cpu}")
+
+    def _render_cpuidle(self, t: Tree) -> None:
+        drv = self.spec.cpu.cpuidle_driver
+        t.attr(f"{CPU}/cpuidle/current_driver", text(drv))
+        t.attr(f"{CPU}/cpuidle/current_governor_ro", text("menu"))
+        t.attr(f"{CPU}/cpuidle/current_governor", text("menu"))
+        if drv == "none":
+            return
+        lat = {s.name: s.latency_us for s in self.spec.cpu.cstates}
+        for topo in self.cpus:
+            for i, name in enumerate(self.boot.cstate_names):
+                base = f"{CPU}/cpu{topo.cpu}/cpuidle/state{i}"
+                t.attr(f"{base}/name", text(name))
+                t.attr(f"{base}/desc", text("CPUIDLE CORE POLL IDLE" if name == "POLL" else f"ACPI FFH MWAIT 0x{i:x}"))
+                t.attr(f"{base}/latency", text(lat[name]))
+                t.attr(f"{base}/residency", text(lat[name] * 3))
+                t.attr(f"{base}/usage", text(0))
+                t.attr(f"{base}/time", text(0))
+                t.attr(f"{base}/disable", lambda key=(topo.cpu, i): text(int(self.idle_disabled[key])),
+                       lambda v, key=(topo.cpu, i): self._write_idle_disable(key, v))
+
+    def _render_nodes(self, t: Tree) -> None:
+        nodes = self.spec.cpu.numa_nodes
+        t.attr("sys/devices/system/node/online", text(cpulist(list(range(nodes)))))
+        t.attr("sys/devices/system/node/possible", text(cpulist(list(range(nodes)))))
+        t.attr("sys/devices/system/node/has_cpu", text(cpulist(list(range(nodes)))))
+        for n in range(nodes):
+            cpus = [c.cpu for c in self.cpus if c.node == n]
+            t.attr(f"sys/devices/system/node/node{n}/cpulist", text(cpulist(cpus)))
+            kb = self.spec.memory_mib * 1024 // nodes
+            t.attr(f"sys/devices/system/node/node{n}/meminfo", text(
+                f"Node {n} MemTotal:       {kb} kB\nNode {n} MemFree:        {kb * 9 // 10} kB\n"
+                f"Node {n} MemUsed:        {kb // 10} kB"))
+
+    def _render_pci(self, t: Tree) -> None:
+        drivers = set()
+        for dev in self.spec.pci:
+            path = self.dev_path(dev.bdf)
+            cfg, mask = self.config[dev.bdf]
+            t.link(f"sys/bus/pci/devices/{dev.bdf}", "../../../" + path.removeprefix("sys/"))
+            t.add(f"{path}/config", Blob(cfg, lambda off, data, cfg=cfg, mask=mask: configspace.masked_write(cfg, mask, off, data)))
+            t.attr(f"{path}/vendor", text(f"0x{dev.vendor:04x}"))
+            t.attr(f"{path}/device", text(f"0x{dev.device:04x}"))
+            t.attr(f"{path}/subsystem_vendor", text(f"0x{(0 if dev.is_bridge else dev.vendor):04x}"))
+            t.attr(f"{path}/subsystem_device", text(f"0x{(0 if dev.is_bridge else dev.device):04x}"))
+            t.attr(f"{path}/class", text(f"0x{dev.pci_class:06x}"))
+            t.attr(f"{path}/revision", text("0x00"))
+            t.attr(f"{path}/irq", text(0))
+            t.attr(f"{path}/numa_node", text(dev.numa_node))
+            t.attr(f"{path}/local_cpulist", text(cpulist([c.cpu for c in self.cpus if dev.numa_node < 0 or c.node == dev.numa_node])))
+            t.attr(f"{path}/enable", text(1))
+            t.attr(f"{path}/resource", b"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13)
+            if dev.is_pcie:
+                speeds = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
+                t.attr(f"{path}/max_link_speed", text(speeds[dev.link_cap.gen]))
+                t.attr(f"{path}/max_link_width", text(dev.link_cap.width))
+                t.attr(f"{path}/current_link_speed", text(speeds[dev.link_sta.gen]))
+                t.attr(f"{path}/current_link_width", text(dev.link_sta.width))
+            drv = self.driver_of(dev)
+            if dev.type in ("root_port", "switch_down", "switch_up") and not drv:
+                drv = "pcieport"
+            if drv:
+                drivers.add(drv)
+                t.link(f"{path}/driver", "../" * path.count("/") + f"bus/pci/drivers/{drv}")
+        for drv in drivers:
+            t.mkdir(f"sys/bus/pci/drivers/{drv}")
+            for dev in self.spec.pci:
+                if self.driver_of(dev) == drv or (drv == "pcieport" and dev.is_bridge and not self.driver_of(dev)):
+                    t.link(f"sys/bus/pci/drivers/{drv}/{dev.bdf}", "../../../../" + self.dev_path(dev.bdf).removeprefix("sys/"))
+
+    def _render_iommu(self, t: Tree) -> None:
+        t.mkdir("sys/kernel/iommu_groups")
+        t.mkdir("sys/class/iommu")
+        mode = self.boot.iommu
+        if mode == "off":
+            return
+        unit = "ivhd0" if self.spec.firmware.vendor_cpu == "AuthenticAMD" else "dmar0"
+        t.attr(f"sys/devices/virtual/iommu/{unit}/uevent", b"")
+        t.link(f"sys/class/iommu/{unit}", f"../../devices/virtual/iommu/{unit}")
+        group_type = text("identity" if mode == "pt" else "DMA-FQ")
+        for n, dev in enumerate(self.spec.pci):
+            g = f"sys/kernel/iommu_groups/{n}"
+            t.attr(f"{g}/type", group_type)
+            t.attr(f"{g}/reserved_regions", b"0x00000000fee00000 0x00000000feefffff msi\n")
+            t.link(f"{g}/devices/{dev.bdf}", "../../../../" + self.dev_path(dev.bdf).removeprefix("sys/"))
+            path = self.dev_path(dev.bdf)
+            t.link(f"{path}/iommu_group", "../" * path.count("/") + f"kernel/iommu_groups/{n}")
+
+    def _render_misc(self, t: Tree) -> None:
+        t.attr("sys/firmware/acpi/pm_profile", text(self.spec.firmware.acpi_pm_profile))
+        thp = "sys/kernel/mm/transparent_hugepage"
+        t.attr(f"{thp}/enabled", lambda: text(_bracket(["always", "madvise", "never"], self.thp)),
+               lambda v: self._write_choice(v, ["always", "madvise", "never"], "thp"))
+        t.attr(f"{thp}/defrag", lambda: text(_bracket(["always", "defer", "defer+madvise", "madvise", "never"], self.thp_defrag)),
+               lambda v: self._write_choice(v, ["always", "defer", "defer+madvise", "madvise", "never"], "thp_defrag"))
+        t.attr("sys/kernel/mm/transparent_hugepage/hpage_pmd_size", text(2097152))
+        if self.spec.firmware.virtualized:
+            t.attr("sys/hypervisor/type", text("kvm"))
+
+    def _render_block(self, t: Tree) -> None:
+        for b in self.spec.block:
+            dev = f"sys/devices/virtual/block/{b.name}"
+            t.link(f"sys/block/{b.name}", f"../devices/virtual/block/{b.name}")
+            t.link(f"sys/class/block/{b.name}", f"../../devices/virtual/block/{b.name}")
+            t.attr(f"{dev}/size", text(3750748848))
+            t.attr(f"{dev}/queue/rotational", text(int(b.rotational)))
+            t.attr(f"{dev}/queue/scheduler", lambda b=b: text(_bracket(b.schedulers, self.sched[b.name])),
+                   lambda v, b=b: self._write_sched(b.name, b.schedulers, v))
+            t.attr(f"{dev}/queue/read_ahead_kb", lambda b=b: text(self.read_ahead[b.name]),
+                   lambda v, b=b: self._write_read_ahead(b.name, v))
+            t.attr(f"{dev}/queue/nr_requests", text(1023))
+
+    def _render_proc(self, t: Tree) -> None:
+        t.attr("proc/cmdline", text(self.boot.proc_cmdline))
+        t.attr("proc/sys/kernel/osrelease", text(self.boot.release))
+        t.attr("proc/sys/kernel/random/boot_id", text(self.boot.boot_id))
+        t.attr("proc/cpuinfo", self._cpuinfo())
+        t.attr("proc/devices", self._proc_devices())
+        t.attr("proc/meminfo", self._meminfo())
+        for key in self.sysctl:
+            t.attr("proc/sys/" + key.replace(".", "/"), lambda key=key: text(self.sysctl[key]),
+                   lambda v, key=key: self._write_sysctl(key, v))
+        if self.spec.nvidia and self.boot.nvidia_loaded:
+            ver = self.spec.nvidia.kernel_module
+            t.attr("proc/driver/nvidia/version", text(
+                f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {ver}  Release Build  "
+                f"(dvs-builder@U22-I3-AE18-09-1)  Thu Mar 13 00:00:00 UTC 2025\n"
+                f"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) ").rstrip(b"\n") + b"\n")
+            for i, gpu in enumerate(self.spec.nvidia.gpus):
+                t.attr(f"proc/driver/nvidia/gpus/{gpu.bdf}/information", text(
+                    f"Model: \t\t {gpu.name}\nIRQ:   \t\t {100 + i}\nGPU UUID: \t {gpu.uuid}\n"
+                    f"Video BIOS: \t 98.02.2e.00.04\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+                    f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {gpu.bdf}\nDevice Minor: \t {i}\n"
+                    f"GPU Firmware: \t {ver}\nGPU Excluded:\t No").rstrip(b"\n") + b"\n")
+
+    def _render_ctl(self, t: Tree) -> None:
+        t.attr("ctl/reboot", b"", self._write_reboot)
+        t.attr("ctl/container-restart", b"", self._write_container_restart)
+        t.attr("ctl/boot.json", lambda: (json.dumps({
+            "release": self.boot.release, "boot_id": self.boot.boot_id,
+            "units": self.boot.units, "sysctl": sorted(self.sysctl)}) + "\n").encode())
+        t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
+        t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
+
+    # ---- what the nvidia-smi shim sees ---------------------------------------------------
+    def nvidia_view(self, userspace: str | None) -> dict:
+        nv = self.spec.nvidia
+        gpus = []
+        if nv:
+            for i, g in enumerate(nv.gpus):
+                dev = self.spec.device(g.bdf)
+                cfg = self.config[g.bdf][0]
+                up = self.spec.device(dev.parent) if dev.parent else None
+                gen_max = min(dev.link_cap.gen, up.link_cap.gen) if (dev.link_cap and up and up.link_cap) else (dev.link_cap.gen if dev.link_cap else 0)
+                gpus.append({"index": i, "bdf": g.bdf, "name": g.name, "uuid": g.uuid, "compute_cap": g.compute_cap,
+                             "memory_mib": g.memory_mib, "persistence": self.persistence[g.bdf],
+                             "link_gen_max": gen_max, "link_gen_gpumax": dev.link_cap.gen if dev.link_cap else 0,
+                             "link_gen_current": dev.link_sta.gen if dev.link_sta else 0,
+                             "link_width_max": dev.link_cap.width if dev.link_cap else 0,
+                             "link_width_current": dev.link_sta.width if dev.link_sta else 0,
+                             "mrrs": configspace.mrrs(cfg) if dev.is_pcie else None,
+                             "numa_node": dev.numa_node})
+        return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,
+                "userspace": userspace, "cuda_version": nv.cuda_version if nv else None,
+                "gpus": gpus}
+
+    # ---- procfs text -------------------------------------------------------------------
+    def _cpuinfo(self) -> bytes:
+        fw = self.spec.firmware
+        flags = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ht syscall nx lm constant_tsc rep_good nopl xtopology nonstop_tsc cpuid pni pclmulqdq monitor ssse3 fma cx16 sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand lahf_lm"
+        if fw.vendor_cpu == "AuthenticAMD":
+            flags += " cmp_legacy svm extapic cr8_legacy abm sse4a misalignsse 3dnowprefetch topoext perfctr_core"
+            if fw.cppc:
+                flags += " cppc"
+        else:
+            flags += " vmx est tm2 pdcm dca"
+            if fw.hwp:
+                flags += " hwp hwp_notify hwp_act_window hwp_epp"
+        if fw.virtualized:
+            flags += " hypervisor"
+        c = self.spec.cpu
+        lines = []
+        for topo in self.cpus:
+            lines.append(
+                f"processor\t: {topo.cpu}\nvendor_id\t: {fw.vendor_cpu}\ncpu family\t: {fw.cpu_family}\n"
+                f"model\t\t: 2\nmodel name\t: {fw.model_name}\nstepping\t: 1\n"
+                f"cpu MHz\t\t: {c.max_khz / 1000:.3f}\ncache size\t: 1024 KB\nphysical id\t: {topo.package}\n"
+                f"siblings\t: {c.cores_per_socket * c.threads_per_core}\ncore id\t\t: {topo.core}\n"
+                f"cpu cores\t: {c.cores_per_socket}\napicid\t\t: {topo.cpu}\nfpu\t\t: yes\n"
+                f"flags\t\t: {flags}\nbogomips\t: 5990.00\n\n")
+        return "".join(lines).encode()
+
+    def _proc_devices(self) -> bytes:
+        chars = {1: "mem", 4: "/dev/vc/0", 5: "/dev/tty", 10: "misc", 136: "pts", 180: "usb", 202: "cpu/msr", 203: "cpu/cpuid", 226: "drm", 259: "blkext"}
+        if self.spec.nvidia and self.boot.nvidia_loaded:
+            for name, major in self.spec.nvidia.char_majors.items():
+                chars[major] = name
+        out = "Character devices:\n" + "".join(f"{m:3d} {n}\n" for m, n in sorted(chars.items()))
+        out += "\nBlock devices:\n  7 loop\n  8 sd\n 253 device-mapper\n 259 blkext\n"
+        return out.encode()
+
+    def _meminfo(self) -> bytes:
+        kb = self.spec.memory_mib * 1024
+        return (f"MemTotal:       {kb} kB\nMemFree:        {kb * 9 // 10} kB\nMemAvailable:   {kb * 9 // 10} kB\n"
+                f"Buffers:               0 kB\nCached:                0 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n"
+                f"HugePages_Total:       0\nHugePages_Free:        0\nHugepagesize:       2048 kB\n").encode()
+
+    # ---- writes, as the kernel takes them ------------------------------------------------
+    def _write_governor(self, cpu: int, value: bytes) -> None:
+        gov = _word(value)
+        if gov not in governors_for(self.driver):
+            raise einval()
+        self.governor[cpu] = gov
+        if self.driver in ("amd-pstate-epp", "intel_pstate"):
+            # the EPP drivers force EPP to performance under the performance policy
+            self.epp[cpu] = "performance" if gov == "performance" else ("balance_performance" if self.epp[cpu] == "performance" else self.epp[cpu])
+
+    def _write_epp(self, cpu: int, value: bytes) -> None:
+        epp = _word(value)
+        if epp not in EPP_CHOICES:
+            raise einval()
+        if self.governor[cpu] == "performance" and epp != "performance":
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        self.epp[cpu] = "balance_performance" if epp == "default" else epp
+
+    def _write_pstate_status(self, value: bytes) -> None:
+        mode = _word(value)
+        if mode not in ("active", "passive", "guided", "disable"):
+            raise einval()
+        if mode == (self.status or "disable"):
+            return
+        self.status = None if mode == "disable" else mode
+        self.driver = {"active": "amd-pstate-epp", "passive": "amd-pstate", "guided": "amd-pstate", "disable": None}[mode]
+        gov = default_governor(self.spec, self.driver, {})
+        self.governor = {t.cpu: gov for t in self.cpus}
+        self.epp = {t.cpu: self._epp_default(gov) for t in self.cpus}
+        self._render_cpufreq(self.tree)
+
+    def _write_idle_disable(self, key: tuple[int, int], value: bytes) -> None:
+        word = _word(value)
+        try:
+            self.idle_disabled[key] = int(word) != 0
+        except ValueError:
+            raise einval() from None
+
+    def _write_sysctl(self, key: str, value: bytes) -> None:
+        word = _word(value)
+        if key == "kernel.numa_balancing" and word not in ("0", "1", "2", "3"):
+            raise einval()
+        if isinstance(self.spec.sysctl_default.get(key), int):
+            try:
+                int(word)
+            except ValueError:
+                raise einval() from None
+        self.sysctl[key] = word
+
+    def _write_choice(self, value: bytes, choices: list[str], attr: str) -> None:
+        word = _word(value)
+        if word not in choices:
+            raise einval()
+        setattr(self, attr, word)
+
+    def _write_sched(self, name: str, choices: list[str], value: bytes) -> None:
+        word = _word(value)
+        if word not in choices:
+            raise einval()
+        self.sched[name] = word
+
+    def _write_read_ahead(self, name: str, value: bytes) -> None:
+        try:
+            self.read_ahead[name] = int(_word(value))
+        except ValueError:
+            raise einval() from None
+
+    def _write_persistence(self, value: bytes) -> None:
+        target, _, state = _word(value).partition(" ")
+        if state not in ("0", "1"):
+            raise einval()
+        if not self.boot.nvidia_loaded:
+            raise OSError(errno.ENODEV, "No such device")
+        for bdf in self.persistence:
+            if target in ("all", bdf):
+                self.persistence[bdf] = state == "1"
+
+    def _write_reboot(self, value: bytes) -> None:
+        action = _word(value)
+        if action not in ("reboot", "poweroff", "halt"):
+            raise einval()
+        self.on_reboot(action)
+
+    def _write_container_restart(self, value: bytes) -> None:
+        try:
+            self.on_container_restart(int(_word(value)))
+        except ValueError:
+            raise einval() from None
+
+
+class GuestMachine:
+    """A container: the parent's kernel, its own userspace. Its tree holds only ctl/."""
+
+    def __init__(self, spec: GuestSpec, parent: Machine, on_reboot: Callable[[str], None]):
+        self.spec = spec
+        self.parent = parent
+        self.on_reboot = on_reboot
+        self.boot_id = BootState.__dataclass_fields__["boot_id"].default_factory()  # type: ignore[misc]
+        self.tree = Tree()
+        self.tree.attr("ctl/reboot", b"", self._write_reboot)
+        self.tree.attr("ctl/boot.json", lambda: (json.dumps({"release": parent.boot.release, "boot_id": self.boot_id, "units": [], "sysctl": []}) + "\n").encode())
+        self.tree.attr("ctl/nvidia.json", lambda: (json.dumps(parent.nvidia_view(spec.nvidia.userspace if spec.nvidia else None)) + "\n").encode())
+        self.tree.attr("ctl/nvidia-persistence", lambda: text(json.dumps(parent.persistence)), self._read_only)
+        self.tree.attr("proc/sys/kernel/random/boot_id", lambda: text(self.boot_id))
+
+    def _read_only(self, value: bytes) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    def _write_reboot(self, value: bytes) -> None:
+        if _word(value) not in ("reboot", "poweroff", "halt"):
+            raise einval()
+        self.on_reboot(_word(value))
+
+
+def _word(value: bytes) -> str:
+    return value.decode(errors="replace").strip()
+
+
+def _bracket(choices: list[str], current: str) -> str:
+    return " ".join(f"[{c}]" if c == current else c for c in choices)

@@ -1,0 +1,298 @@
+"""Bring a lab up, look at it, reboot its hosts and take it down (the ``gpuhost lab`` verbs)."""
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from .aptrepo import build_repository
+from .layout import LabLayout, default_dir
+from .spec import GuestSpec, HostSpec, SpecError, load_specs
+
+NETWORK = "127.0.1"          # the lab's loopback network; nothing of it listens elsewhere
+CLAIMS = Path("/run/gpuhost-lab") if Path("/run").is_dir() else Path("/tmp/gpuhost-lab")
+REQUIRED_TOOLS = ("unshare", "mount", "fusermount3", "ssh", "ssh-keygen", "dpkg-deb", "apt-get")
+
+
+class LabError(RuntimeError):
+    """Something about the lab is wrong; the message is one line for the user."""
+
+
+# ---- preflight --------------------------------------------------------------------------
+def preflight() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (namespaces, overlay and FUSE mounts); run as root")
+    missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+    if not Path("/usr/sbin/sshd").exists():
+        missing.append("sshd (apt-get install openssh-server)")
+    if not Path("/dev/fuse").exists():
+        missing.append("/dev/fuse")
+    if not Path("/usr/bin/python3").exists():
+        missing.append("/usr/bin/python3")
+    if missing:
+        raise LabError("the lab needs: " + ", ".join(missing))
+
+
+# ---- addresses -------------------------------------------------------------------------
+@contextmanager
+def _claims_locked():
+    CLAIMS.mkdir(parents=True, exist_ok=True)
+    with open(CLAIMS / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _claim_owner_alive(claim: Path) -> bool:
+    try:
+        owner = LabLayout(claim.read_text().strip())
+    except OSError:
+        return False
+    return owner.state_file.exists()
+
+
+def _port_free(addr: str) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, 22))
+            return True
+        except OSError:
+            return False
+
+
+def claim_addresses(layout: LabLayout, count: int) -> list[str]:
+    """Take *count* free 127.0.1.N addresses for this lab, safely across parallel labs."""
+    out: list[str] = []
+    with _claims_locked():
+        for n in range(1, 255):
+            if len(out) == count:
+                break
+            addr = f"{NETWORK}.{n}"
+            claim = CLAIMS / addr
+            if claim.exists() and _claim_owner_alive(claim):
+                continue
+            if not _port_free(addr):
+                continue
+            claim.write_text(str(layout.dir) + "\n")
+            out.append(addr)
+    if len(out) < count:
+        release_addresses(layout)
+        raise LabError(f"no free addresses left in {NETWORK}.0/24 for {count} hosts")
+    return out
+
+
+def release_addresses(layout: LabLayout) -> None:
+    if not CLAIMS.is_dir():
+        return
+    with _claims_locked():
+        for claim in CLAIMS.glob(f"{NETWORK}.*"):
+            try:
+                if claim.read_text().strip() == str(layout.dir):
+                    claim.unlink()
+            except OSError:
+                pass
+        left = [p for p in CLAIMS.iterdir() if p.name != ".lock"]
+    if not left:
+        shutil.rmtree(CLAIMS, ignore_errors=True)
+
+
+# ---- the supervisor ---------------------------------------------------------------------
+def supervisor_pid(layout: LabLayout) -> int | None:
+    try:
+        pid = int(layout.pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if b"gpuhost.lab.supervisor" in cmdline and str(layout.dir).encode() in cmdline:
+        return pid
+    return None
+
+
+def request(layout: LabLayout, op: str, timeout: float = 300, **kw) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.connect(str(layout.socket))
+        except OSError as exc:
+            raise LabError(f"the lab in {layout.dir} is not running ({exc.strerror})") from None
+        s.sendall((json.dumps({"op": op, **kw}) + "\n").encode())
+        data = s.makefile().readline()
+    if not data:
+        raise LabError(f"the lab in {layout.dir} closed the connection")
+    return json.loads(data)
+
+
+def _start_supervisor(layout: LabLayout) -> None:
+    out = open(layout.dir / "supervisor.out", "ab")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    subprocess.Popen(["unshare", "--mount", "--propagation", "private", sys.executable, "-m",
+                      "gpuhost.lab.supervisor", str(layout.dir)],
+                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                     env=env, cwd="/")
+    out.close()
+    deadline = time.monotonic() + 30
+    while not layout.socket.exists():
+        if time.monotonic() > deadline:
+            tail = (layout.dir / "supervisor.out").read_text(errors="replace").strip().splitlines()[-1:]
+            raise LabError(f"the lab's supervisor did not start: {' '.join(tail) or 'no output'}")
+        time.sleep(0.02)
+
+
+# ---- up ---------------------------------------------------------------------------------
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                   check=True, capture_output=True)
+
+
+def up(spec_paths: list[str], directory: str | Path | None = None) -> Path:
+    """Bring up one simulated host per spec; return the inventory's path."""
+    if not spec_paths:
+        raise LabError("lab up needs at least one host spec")
+    try:
+        specs = load_specs(spec_paths)
+    except SpecError as exc:
+        raise LabError(str(exc)) from None
+    layout = LabLayout(directory or default_dir())
+    if layout.state_file.exists():
+        names = ", ".join(h["name"] for h in json.loads(layout.state_file.read_text())["hosts"])
+        if supervisor_pid(layout):
+            raise LabError(f"a lab is already up in {layout.dir} ({names}); take it down first: gpuhost lab down --dir {layout.dir}")
+        raise LabError(f"{layout.dir} holds a lab that is not running ({names}); clear it: gpuhost lab down --dir {layout.dir}")
+    if layout.dir.exists() and any(layout.dir.iterdir()):
+        raise LabError(f"{layout.dir} is not empty and holds no lab; choose another --dir")
+    preflight()
+    layout.dir.mkdir(parents=True, exist_ok=True)
+    layout.dir.chmod(0o700)
+    try:
+        addrs = claim_addresses(layout, len(specs))
+        _prepare(layout, specs, spec_paths, addrs)
+        _start_supervisor(layout)
+        reply = request(layout, "status", wait=True)
+        failed = {n: h for n, h in reply["hosts"].items() if h["state"] != "up"}
+        if failed:
+            name, h = next(iter(failed.items()))
+            raise LabError(f"{name} did not boot: {h['error'] or h['state']}")
+        _write_inventory(layout, specs, addrs)
+    except BaseException:
+        _teardown(layout)
+        raise
+    return layout.inventory
+
+
+def _prepare(layout: LabLayout, specs, spec_paths: list[str], addrs: list[str]) -> None:
+    (layout.dir / "specs").mkdir()
+    layout.ssh_dir.mkdir(mode=0o700)
+    _keygen(layout.client_key, "gpuhost-lab")
+    known = []
+    for spec, path, addr in zip(specs, spec_paths, addrs):
+        shutil.copyfile(path, layout.spec_copy(spec.hostname))
+        layout.host_dir(spec.hostname).mkdir(parents=True)
+        _keygen(layout.host_key(spec.hostname), spec.hostname)
+        pub = layout.host_key(spec.hostname).with_suffix(".pub").read_text().split()
+        known.append(f"{addr} {pub[0]} {pub[1]}\n")
+        if isinstance(spec, HostSpec):
+            build_repository(spec.kernel.repository, layout.repo(spec.hostname))
+    layout.known_hosts.write_text("".join(known))
+    hosts = [{"name": s.hostname, "kind": s.kind, "addr": a,
+              "parent": s.parent if isinstance(s, GuestSpec) else None} for s, a in zip(specs, addrs)]
+    layout.state_file.write_text(json.dumps({"version": 1, "hosts": hosts, "created": time.time()}, indent=2) + "\n")
+
+
+def _write_inventory(layout: LabLayout, specs, addrs: list[str]) -> None:
+    hosts = {}
+    groups: dict[str, dict] = {"proxmox": {}, "lxc_guests": {}, "gpu_hosts": {}}
+    for spec, addr in zip(specs, addrs):
+        hosts[spec.hostname] = {"ansible_host": addr, "gpuhost_lab_kind": spec.kind}
+        if isinstance(spec, GuestSpec):
+            hosts[spec.hostname]["gpuhost_lab_parent"] = spec.parent
+            groups["lxc_guests"][spec.hostname] = None
+        else:
+            if spec.is_proxmox:
+                groups["proxmox"][spec.hostname] = None
+            if spec.nvidia and spec.nvidia.gpus:
+                groups["gpu_hosts"][spec.hostname] = None
+    ssh_args = (f"-o UserKnownHostsFile={layout.known_hosts} -o StrictHostKeyChecking=yes "
+                f"-o IdentitiesOnly=yes -o ControlMaster=auto -o ControlPersist=60s")
+    inventory = {"all": {
+        "hosts": hosts,
+        "vars": {"ansible_user": "root", "ansible_port": 22,
+                 "ansible_python_interpreter": "/usr/bin/python3",
+                 "ansible_ssh_private_key_file": str(layout.client_key),
+                 "ansible_ssh_common_args": ssh_args,
+                 "gpuhost_lab_dir": str(layout.dir)},
+        "children": {g: {"hosts": members} for g, members in groups.items()},
+    }}
+    layout.inventory.write_text("# written by `gpuhost lab up`; the lab's hosts, over real SSH\n"
+                                + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False))
+    layout.ssh_config.write_text("".join(
+        f"Host {s.hostname}\n  HostName {a}\n  User root\n  IdentityFile {layout.client_key}\n"
+        f"  IdentitiesOnly yes\n  UserKnownHostsFile {layout.known_hosts}\n  StrictHostKeyChecking yes\n\n"
+        for s, a in zip(specs, addrs)))
+
+
+# ---- the other verbs -----------------------------------------------------------------------
+def _existing(directory: str | Path | None) -> LabLayout:
+    layout = LabLayout(directory or default_dir())
+    if not layout.state_file.exists():
+        raise LabError(f"no lab in {layout.dir}")
+    return layout
+
+
+def status(directory: str | Path | None = None) -> dict:
+    layout = _existing(directory)
+    if supervisor_pid(layout) is None:
+        hosts = json.loads(layout.state_file.read_text())["hosts"]
+        return {"running": False, "dir": str(layout.dir),
+                "hosts": {h["name"]: {"state": "down", "addr": h["addr"], "kind": h["kind"]} for h in hosts}}
+    reply = request(layout, "status")
+    return {"running": True, "dir": str(layout.dir), "hosts": reply["hosts"]}
+
+
+def reboot(host: str, directory: str | Path | None = None) -> dict:
+    layout = _existing(directory)
+    reply = request(layout, "reboot", host=host)
+    if not reply.get("ok"):
+        raise LabError(f"{host}: {reply.get('error') or 'did not come back up'}")
+    return reply["hosts"][host]
+
+
+def snapshot(host: str, directory: str | Path | None = None) -> dict[str, bytes | str]:
+    """Every rendered /sys and model-owned /proc file of *host*, for before/after comparisons."""
+    layout = _existing(directory)
+    reply = request(layout, "snapshot", host=host)
+    if not reply.get("ok"):
+        raise LabError(f"{host}: {reply.get('error')}")
+    return {p: (v if v.startswith("-> ") else base64.b64decode(v)) for p, v in reply["snapshot"].items()}
+
+
+def down(directory: str | Path | None = None) -> None:
+    layout = _existing(directory)
+    _teardown(layout)
+
+
+def _teardown(layout: LabLayout) -> None:
+    pid = supervisor_pid(layout)
+    if pid is not None:
+        try:
+            request(layout, "down", timeout=60)
+        except (LabError, OSError):
+            pass
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if Path(f"/proc/{pid}").exists():
+            os.killpg(pid, signal.SIGKILL)
+            time.sleep(0.2)
+    release_addresses(layout)
+    shutil.rmtree(layout.dir, ignore_errors=True)

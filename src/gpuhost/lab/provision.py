@@ -1,0 +1,212 @@
+"""First boot of a simulated host: lay its disk out as the spec describes.
+
+Everything here writes through the host's merged overlay root, so it all lands in the
+host's own upper layer (its "disk") and nowhere else. Files of the machine underneath
+that would make the host contact the network or start the machine's own services
+(apt sources, enabled units) are removed from the host's view, which leaves whiteouts.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from importlib import resources
+from pathlib import Path
+
+from .spec import AnySpec, GuestSpec, HostSpec
+
+SHIM_DIR = "usr/lib/gpuhost-lab"
+REPO_MOUNT = "var/lib/gpuhost-lab/repo"
+ESP_UUID = "8A1B-2C3D"
+
+ZZ_PROXMOX_BOOT = """#!/bin/sh
+# from proxmox-kernel-helper: keep the ESPs in sync after a kernel is installed
+set -e
+exec </dev/null >&2
+if [ -e /etc/kernel/proxmox-boot-uuids ]; then
+    echo "Running hook script 'zz-proxmox-boot'.."
+    proxmox-boot-tool refresh --hook zz-proxmox-boot
+fi
+"""
+ZZ_UPDATE_GRUB = """#!/bin/sh
+# from grub2-common: regenerate grub.cfg after a kernel is installed
+set -e
+if [ -e /boot/grub/grub.cfg ] && command -v update-grub >/dev/null; then
+    exec update-grub
+fi
+"""
+
+
+def shim_source() -> Path:
+    return Path(str(resources.files("gpuhost.lab") / "shims"))
+
+
+def _write(root: Path, rel: str, text: str | bytes, mode: int = 0o644) -> None:
+    path = root / rel.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    path.chmod(mode)
+
+
+def _empty_dir(root: Path, rel: str) -> None:
+    """Hide what the machine underneath has in this directory (leaves whiteouts)."""
+    path = root / rel
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    if path.is_dir():
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def install_shims(root: Path, spec: AnySpec) -> None:
+    """Install (or bring up to date) the vendor-tool shims in the host's own layer."""
+    src = shim_source()
+    shim_dir = root / SHIM_DIR
+    shim_dir.mkdir(parents=True, exist_ok=True)
+    _sync(src / "shimlib.py", shim_dir / "shimlib.py", 0o644)
+    real = shim_dir / "systemctl.real"
+    if not real.exists() and Path("/usr/bin/systemctl").exists() and not Path("/usr/bin/systemctl").is_symlink():
+        shutil.copy2("/usr/bin/systemctl", real)
+    tools = {"usr/bin/systemctl": "systemctl", f"{SHIM_DIR}/init": "init"}
+    for name in ("reboot", "shutdown", "poweroff", "halt"):
+        tools[f"usr/sbin/{name}"] = "systemctl"
+    nvidia = spec.nvidia is not None
+    if nvidia:
+        tools["usr/bin/nvidia-smi"] = "nvidia-smi"
+        if not spec.is_guest:
+            tools["usr/bin/nvidia-persistenced"] = "nvidia-persistenced"
+    if not spec.is_guest:
+        tools["usr/sbin/update-grub"] = "update-grub"
+    if spec.is_proxmox:
+        tools["usr/sbin/proxmox-boot-tool"] = "proxmox-boot-tool"
+        tools["usr/sbin/pct"] = "pct"
+        tools["usr/bin/pveversion"] = "pveversion"
+    for dest, name in tools.items():
+        _sync(src / name, root / dest, 0o755)
+
+
+def _sync(src: Path, dest: Path, mode: int) -> None:
+    data = src.read_bytes()
+    if dest.is_symlink():
+        dest.unlink()
+    elif dest.exists() and dest.read_bytes() == data:
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data)
+    dest.chmod(mode)
+
+
+def os_release(spec: AnySpec) -> str:
+    o = spec.os
+    name = {"debian": "Debian GNU/Linux", "ubuntu": "Ubuntu"}.get(o.id, o.id.capitalize())
+    return (f'PRETTY_NAME="{o.pretty_name}"\nNAME="{name}"\nVERSION_ID="{o.version_id}"\n'
+            f'VERSION="{o.version_id} ({o.codename})"\nVERSION_CODENAME={o.codename}\nID={o.id}\n')
+
+
+def sshd_config(addr: str) -> str:
+    return f"""# gpuhost lab: this host's sshd listens on its own loopback address only
+ListenAddress {addr}:22
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PidFile /run/sshd.pid
+PrintMotd no
+PrintLastLog no
+UseDNS no
+MaxStartups 200:30:400
+MaxSessions 200
+AcceptEnv LANG LC_*
+Subsystem sftp /usr/lib/openssh/sftp-server
+"""
+
+
+def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: str) -> None:
+    """Lay out a new host's disk. Idempotent; writes only through *root*."""
+    _write(root, "etc/hostname", spec.hostname + "\n")
+    _write(root, "etc/hosts", f"127.0.0.1\tlocalhost\n{addr}\t{spec.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+    _write(root, "etc/os-release", os_release(spec))
+    _write(root, "etc/ssh/sshd_config", sshd_config(addr))
+    _write(root, "etc/ssh/ssh_host_ed25519_key", host_key.read_bytes(), 0o600)
+    _write(root, "etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_bytes())
+    (root / "root/.ssh").mkdir(parents=True, exist_ok=True)
+    (root / "root/.ssh").chmod(0o700)
+    _write(root, "root/.ssh/authorized_keys", client_pub, 0o600)
+    # the machine underneath: no network sources, none of its enabled services
+    _empty_dir(root, "etc/apt/sources.list.d")
+    if (root / "etc/apt/sources.list").exists():
+        (root / "etc/apt/sources.list").unlink()
+    _empty_dir(root, "var/lib/apt/lists")
+    _empty_dir(root, "etc/systemd/system/multi-user.target.wants")
+    _empty_dir(root, "etc/sysctl.d")
+    (root / REPO_MOUNT).mkdir(parents=True, exist_ok=True)
+    _write(root, "etc/apt/sources.list.d/gpuhost-lab.list",
+           f"# the lab's local kernel repository\ndeb [trusted=yes] file:/{REPO_MOUNT} ./\n")
+    _write(root, "etc/apt/apt.conf.d/99gpuhost-lab", 'APT::Sandbox::User "root";\nAcquire::Languages "none";\n')
+    install_shims(root, spec)
+    if isinstance(spec, HostSpec):
+        _provision_host(root, spec)
+    else:
+        _provision_guest(root, spec)
+    for path, content in spec.files.items():
+        _write(root, path, content)
+    _write(root, "var/lib/gpuhost-lab/provisioned", spec.hostname + "\n")
+
+
+def _provision_host(root: Path, spec: HostSpec) -> None:
+    import sys
+
+    sys.path.insert(0, str(shim_source()))
+    import shimlib  # the same code the host's update-grub and proxmox-boot-tool run
+
+    _empty_dir(root, "boot")
+    _empty_dir(root, "lib/modules")
+    for rel in spec.kernel.installed:
+        _write(root, f"boot/vmlinuz-{rel}", b"gpuhost-lab kernel image " + rel.encode() + b"\n")
+        _write(root, f"boot/config-{rel}", "CONFIG_X86_AMD_PSTATE=y\n")
+        (root / f"lib/modules/{rel}").mkdir(parents=True, exist_ok=True)
+        # the driver was built for the kernels the machine came with
+        _write(root, f"usr/src/linux-headers-{rel}/Makefile", f"VERSION = {rel}\n")
+    kernels = shimlib.installed_kernels(str(root))
+    if spec.kernel.pinned:
+        _write(root, "etc/kernel/proxmox-boot-pin", spec.kernel.pinned + "\n")
+    _write(root, "etc/kernel/postinst.d/zz-update-grub", ZZ_UPDATE_GRUB, 0o755)
+    if spec.is_proxmox:
+        _write(root, "etc/kernel/postinst.d/zz-proxmox-boot", ZZ_PROXMOX_BOOT, 0o755)
+        _write(root, "var/lib/gpuhost-lab/proxmox_ve", spec.os.proxmox_ve + "\n")
+    if spec.boot.loader == "systemd-boot":
+        _write(root, "etc/kernel/cmdline", spec.boot.cmdline + "\n")
+        _write(root, "etc/kernel/proxmox-boot-uuids", ESP_UUID + "\n")
+        shimlib.esp_refresh(kernels, spec.boot.cmdline, spec.kernel.pinned, root=str(root))
+    else:
+        _write(root, "etc/default/grub", (
+            "# If you change this file, run 'update-grub' afterwards to update\n# /boot/grub/grub.cfg.\n\n"
+            "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
+            f'GRUB_CMDLINE_LINUX_DEFAULT="{spec.boot.cmdline}"\nGRUB_CMDLINE_LINUX=""\n'))
+        (root / "etc/default/grub.d").mkdir(parents=True, exist_ok=True)
+        _write(root, "boot/grub/grub.cfg", shimlib.grub_cfg(kernels, spec.boot.cmdline))
+    if spec.is_proxmox:
+        node = f"etc/pve/nodes/{spec.hostname}"
+        (root / node / "lxc").mkdir(parents=True, exist_ok=True)
+        (root / node / "qemu-server").mkdir(parents=True, exist_ok=True)
+        for link, target in (("etc/pve/lxc", f"nodes/{spec.hostname}/lxc"),
+                             ("etc/pve/qemu-server", f"nodes/{spec.hostname}/qemu-server"),
+                             ("etc/pve/local", f"nodes/{spec.hostname}")):
+            if not (root / link).is_symlink():
+                os.symlink(target, root / link)
+        for ct in spec.lxc:
+            _write(root, f"{node}/lxc/{ct.vmid}.conf", ct.config, 0o640)
+
+
+def _provision_guest(root: Path, spec: GuestSpec) -> None:
+    # a container has no kernel or boot loader of its own
+    _empty_dir(root, "boot")

@@ -1,0 +1,423 @@
+"""Host specs (contract ``gpuhost.hostspec/v1``): load, validate, normalise.
+
+Validation is strict on purpose: a spec describes a machine the roles will be tested
+against, and a typo that silently becomes a default would test the wrong machine. Every
+error is reported as one line naming the file and the field.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SPEC_VERSION = "gpuhost.hostspec/v1"
+BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
+HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+RELEASE_RE = re.compile(r"^\d+\.\d+(\.\d+)?[-+.~\w]*$")
+
+
+class SpecError(ValueError):
+    """A spec (or a set of specs) is not valid; the message is one line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=False)
+
+
+class Os(_Strict):
+    id: str
+    version_id: str
+    codename: str
+    pretty_name: str
+    proxmox_ve: Optional[str] = None
+
+
+class Firmware(_Strict):
+    vendor_cpu: Literal["AuthenticAMD", "GenuineIntel"]
+    cpu_family: int = Field(ge=1)
+    model_name: str
+    acpi_pm_profile: int = Field(ge=0, le=8)
+    cppc: bool
+    hwp: bool
+    iommu: bool
+    smt: bool
+    virtualized: bool
+
+
+class CState(_Strict):
+    name: str
+    latency_us: int = Field(ge=0)
+
+
+class Cpu(_Strict):
+    sockets: int = Field(ge=1, le=16)
+    cores_per_socket: int = Field(ge=1, le=512)
+    threads_per_core: int = Field(ge=1, le=8)
+    numa_nodes: int = Field(ge=1, le=64)
+    min_khz: int = Field(ge=1)
+    max_khz: int = Field(ge=1)
+    governor_default: str
+    cpuidle_driver: Literal["acpi_idle", "intel_idle", "none"]
+    cstates: list[CState] = Field(default_factory=list)
+
+    @property
+    def logical_cpus(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+    @model_validator(mode="after")
+    def _check(self) -> "Cpu":
+        if self.min_khz > self.max_khz:
+            raise ValueError("min_khz is above max_khz")
+        return self
+
+
+class Boot(_Strict):
+    loader: Literal["systemd-boot", "grub"]
+    cmdline: str
+
+
+class Kernel(_Strict):
+    installed: list[str] = Field(min_length=1)
+    pinned: Optional[str] = None
+    repository: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("installed")
+    @classmethod
+    def _releases(cls, v: list[str]) -> list[str]:
+        for rel in v:
+            if not RELEASE_RE.match(rel):
+                raise ValueError(f"not a kernel release: {rel!r}")
+        return v
+
+    @field_validator("repository")
+    @classmethod
+    def _packages(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, rel in v.items():
+            if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", name):
+                raise ValueError(f"not a Debian package name: {name!r}")
+            if not RELEASE_RE.match(rel):
+                raise ValueError(f"{name}: not a kernel release: {rel!r}")
+        return v
+
+
+class Link(_Strict):
+    gen: int = Field(ge=1, le=6)
+    width: Literal[1, 2, 4, 8, 12, 16, 32]
+
+
+MPS_SIZES = (128, 256, 512, 1024, 2048, 4096)
+
+
+class PciDevice(_Strict):
+    bdf: str
+    type: Literal["root_port", "switch_up", "switch_down", "endpoint"]
+    parent: Optional[str] = None
+    vendor: int = Field(ge=0, le=0xFFFF)
+    device: int = Field(ge=0, le=0xFFFF)
+    # bridges default to the PCI-to-PCI bridge class, endpoints to "unclassified"
+    class_: Optional[int] = Field(default=None, alias="class", ge=0, le=0xFFFFFF)
+    numa_node: int = Field(default=-1, ge=-1)
+    mps_supported: Optional[int] = None
+    mps: Optional[int] = None
+    mrrs: Optional[int] = None
+    link_cap: Optional[Link] = None
+    link_sta: Optional[Link] = None
+    acs_ctrl: Optional[int] = Field(default=None, ge=0, le=0xFFFF)
+    driver: Optional[str] = None
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("bdf", "parent")
+    @classmethod
+    def _bdf(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not BDF_RE.match(v):
+            raise ValueError(f"not a PCI address (dddd:bb:dd.f, lower-case hex): {v!r}")
+        return v
+
+    @field_validator("mps_supported", "mps", "mrrs")
+    @classmethod
+    def _size(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v not in MPS_SIZES:
+            raise ValueError(f"must be one of {', '.join(map(str, MPS_SIZES))} bytes, not {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "PciDevice":
+        pcie = any(x is not None for x in (self.mps_supported, self.mps, self.mrrs, self.link_cap, self.link_sta))
+        if pcie:
+            # the contract's defaults for a PCIe device that states only its link
+            self.mps_supported = self.mps_supported or 256
+            self.mps = self.mps or 256
+            self.mrrs = self.mrrs or 512
+            if self.link_cap is None:
+                raise ValueError("a PCIe device needs link_cap")
+            if self.link_sta is None:
+                self.link_sta = self.link_cap.model_copy()
+            if self.mps > self.mps_supported:
+                raise ValueError(f"mps {self.mps} is above mps_supported {self.mps_supported}")
+        if self.type == "root_port" and self.parent is not None:
+            raise ValueError("a root_port has no parent")
+        if self.type != "root_port" and self.parent is None:
+            raise ValueError(f"a {self.type} needs a parent bridge")
+        return self
+
+    @property
+    def is_pcie(self) -> bool:
+        return self.link_cap is not None
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.type != "endpoint"
+
+    @property
+    def pci_class(self) -> int:
+        if self.class_ is not None:
+            return self.class_
+        return 0x060400 if self.is_bridge else 0x000000
+
+
+class Gpu(_Strict):
+    bdf: str
+    name: str
+    compute_cap: str
+    memory_mib: int = Field(ge=1)
+    uuid: str
+
+    @field_validator("compute_cap")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        if not re.match(r"^\d+\.\d+$", v):
+            raise ValueError(f"not a compute capability (like 12.0): {v!r}")
+        return v
+
+
+class Nvidia(_Strict):
+    kernel_module: str
+    userspace: str
+    cuda_version: str
+    dkms: bool = True
+    persistence_default: bool = False
+    gpus: list[Gpu] = Field(default_factory=list)
+    char_majors: dict[str, int] = Field(default_factory=lambda: {"nvidia": 195, "nvidia-uvm": 508, "nvidia-caps": 236})
+
+
+class GuestNvidia(_Strict):
+    userspace: str
+    cuda_version: str
+
+
+class BlockDev(_Strict):
+    name: str
+    rotational: bool
+    scheduler: str
+    schedulers: list[str] = Field(min_length=1)
+    read_ahead_kb: int = Field(default=128, ge=0)
+
+    @model_validator(mode="after")
+    def _sched(self) -> "BlockDev":
+        if self.scheduler not in self.schedulers:
+            raise ValueError(f"scheduler {self.scheduler!r} is not among schedulers {self.schedulers}")
+        if not re.match(r"^[a-z0-9]+$", self.name):
+            raise ValueError(f"not a block device name: {self.name!r}")
+        return self
+
+
+class LxcContainer(_Strict):
+    vmid: int = Field(ge=100, le=999999999)
+    config: str
+
+
+class HostSpec(_Strict):
+    spec: Literal["gpuhost.hostspec/v1"]
+    hostname: str
+    kind: Literal["host"]
+    parent: None = None
+    lxc_vmid: None = None
+    os: Os
+    firmware: Firmware
+    cpu: Cpu
+    memory_mib: int = Field(ge=64)
+    sysctl_default: dict[str, int | str]
+    thp_default: Literal["always", "madvise", "never"]
+    boot: Boot
+    kernel: Kernel
+    pci: list[PciDevice]
+    nvidia: Optional[Nvidia] = None
+    block: list[BlockDev]
+    lxc: list[LxcContainer] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cross(self) -> "HostSpec":
+        seen: dict[str, int] = {}
+        for i, dev in enumerate(self.pci):
+            if dev.bdf in seen:
+                raise _FieldError(("pci", i, "bdf"), f"duplicate BDF {dev.bdf}")
+            seen[dev.bdf] = i
+        for i, dev in enumerate(self.pci):
+            if dev.parent is not None:
+                if dev.parent not in seen:
+                    raise _FieldError(("pci", i, "parent"), f"no device {dev.parent} in pci")
+                if not self.pci[seen[dev.parent]].is_bridge:
+                    raise _FieldError(("pci", i, "parent"), f"{dev.parent} is an endpoint, not a bridge")
+        if self.nvidia:
+            for i, gpu in enumerate(self.nvidia.gpus):
+                if gpu.bdf not in seen:
+                    raise _FieldError(("nvidia", "gpus", i, "bdf"), f"no device {gpu.bdf} in pci")
+        if self.kernel.pinned is not None and self.kernel.pinned not in self.kernel.installed:
+            raise _FieldError(("kernel", "pinned"), f"{self.kernel.pinned} is not in kernel.installed")
+        if self.cpu.numa_nodes > self.cpu.logical_cpus:
+            raise _FieldError(("cpu", "numa_nodes"), "more NUMA nodes than CPUs")
+        vmids = [c.vmid for c in self.lxc]
+        for i, vmid in enumerate(vmids):
+            if vmids.index(vmid) != i:
+                raise _FieldError(("lxc", i, "vmid"), f"duplicate vmid {vmid}")
+        names = [b.name for b in self.block]
+        for i, name in enumerate(names):
+            if names.index(name) != i:
+                raise _FieldError(("block", i, "name"), f"duplicate block device {name}")
+        for key in self.sysctl_default:
+            if not re.match(r"^[a-z0-9_]+(\.[a-z0-9_-]+)+$", key):
+                raise _FieldError(("sysctl_default", key), "not a sysctl name")
+        _check_files(self.files)
+        return self
+
+    @property
+    def is_guest(self) -> bool:
+        return False
+
+    @property
+    def is_proxmox(self) -> bool:
+        return self.os.proxmox_ve is not None
+
+    @property
+    def gpu_bdfs(self) -> list[str]:
+        return [g.bdf for g in self.nvidia.gpus] if self.nvidia else []
+
+    def device(self, bdf: str) -> PciDevice:
+        return next(d for d in self.pci if d.bdf == bdf)
+
+
+class GuestSpec(_Strict):
+    spec: Literal["gpuhost.hostspec/v1"]
+    hostname: str
+    kind: Literal["lxc-guest"]
+    parent: str
+    lxc_vmid: int = Field(ge=100)
+    os: Os
+    nvidia: Optional[GuestNvidia] = None
+    files: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cross(self) -> "GuestSpec":
+        _check_files(self.files)
+        return self
+
+    @property
+    def is_guest(self) -> bool:
+        return True
+
+    @property
+    def is_proxmox(self) -> bool:
+        return False
+
+
+AnySpec = HostSpec | GuestSpec
+
+
+class _FieldError(ValueError):
+    def __init__(self, loc: tuple, msg: str):
+        super().__init__(msg)
+        self.loc = loc
+        self.msg = msg
+
+
+def _check_files(files: dict[str, str]) -> None:
+    for path in files:
+        if not path.startswith("/") or ".." in path.split("/") or path.endswith("/"):
+            raise _FieldError(("files", path), "must be an absolute file path without '..'")
+        if path.startswith(("/proc/", "/sys/", "/dev/", "/run/")):
+            raise _FieldError(("files", path), "lies on a virtual filesystem, not on the disk")
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def parse_spec(data: object, source: str) -> AnySpec:
+    """Validate one spec document; raise SpecError naming *source* and the field."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: not a host spec (a YAML mapping is expected)")
+    if data.get("spec") != SPEC_VERSION:
+        raise SpecError(f"{source}: spec: must be {SPEC_VERSION!r}, not {data.get('spec')!r}")
+    kind = data.get("kind")
+    model = {"host": HostSpec, "lxc-guest": GuestSpec}.get(kind)  # type: ignore[arg-type]
+    if model is None:
+        raise SpecError(f"{source}: kind: must be 'host' or 'lxc-guest', not {kind!r}")
+    try:
+        spec = model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        ctx_err = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, _FieldError):
+            raise SpecError(f"{source}: {_loc(ctx_err.loc)}: {ctx_err.msg}") from None
+        loc = _loc(tuple(p for p in err["loc"] if p not in ("function-after",)))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field" + (" (a guest states only os, nvidia.userspace/cuda_version and files)" if kind == "lxc-guest" else "")
+        raise SpecError(f"{source}: {loc}: {msg}") from None
+    if not HOSTNAME_RE.match(spec.hostname):
+        raise SpecError(f"{source}: hostname: not a valid host name: {spec.hostname!r}")
+    return spec
+
+
+def load_spec(path: str | Path) -> AnySpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise SpecError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    return parse_spec(data, str(path))
+
+
+def load_specs(paths: list[str | Path]) -> list[AnySpec]:
+    """Load a lab's worth of specs and check them against each other."""
+    specs: list[AnySpec] = []
+    sources: dict[str, str] = {}
+    for path in paths:
+        spec = load_spec(path)
+        if spec.hostname in sources:
+            raise SpecError(f"{path}: hostname: {spec.hostname} is already defined by {sources[spec.hostname]}")
+        sources[spec.hostname] = str(path)
+        specs.append(spec)
+    by_name = {s.hostname: s for s in specs}
+    for spec in specs:
+        if isinstance(spec, GuestSpec):
+            src = sources[spec.hostname]
+            parent = by_name.get(spec.parent)
+            if parent is None:
+                raise SpecError(f"{src}: parent: no host {spec.parent!r} in this lab")
+            if not isinstance(parent, HostSpec):
+                raise SpecError(f"{src}: parent: {spec.parent} is a guest, not a host")
+            if not parent.is_proxmox:
+                raise SpecError(f"{src}: parent: {spec.parent} is not a Proxmox VE host (os.proxmox_ve)")
+            if spec.lxc_vmid not in [c.vmid for c in parent.lxc]:
+                raise SpecError(f"{src}: lxc_vmid: {spec.parent} has no container {spec.lxc_vmid}")
+    return specs
