@@ -233,6 +233,8 @@ class Machine:
                 f"Node {n} MemUsed:        {kb // 10} kB"))
 
     def _render_pci(self, t: Tree) -> None:
+        for d in ("sys/bus/pci/devices", "sys/bus/pci/drivers", "sys/bus/pci/slots"):
+            t.mkdir(d)
         drivers = set()
         for dev in self.spec.pci:
             path = self.dev_path(dev.bdf)
@@ -298,6 +300,8 @@ class Machine:
             t.attr("sys/hypervisor/type", text("kvm"))
 
     def _render_block(self, t: Tree) -> None:
+        t.mkdir("sys/block")
+        t.mkdir("sys/class/block")
         for b in self.spec.block:
             dev = f"sys/devices/virtual/block/{b.name}"
             t.link(f"sys/block/{b.name}", f"../devices/virtual/block/{b.name}")

@@ -281,6 +281,20 @@ def down(directory: str | Path | None = None) -> None:
     _teardown(layout)
 
 
+def _alive(pid: int) -> bool:
+    """True while *pid* runs; a zombie (our own exited child, not yet reaped) is not alive."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _teardown(layout: LabLayout) -> None:
     pid = supervisor_pid(layout)
     if pid is not None:
@@ -289,9 +303,9 @@ def _teardown(layout: LabLayout) -> None:
         except (LabError, OSError):
             pass
         deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if Path(f"/proc/{pid}").exists():
+        if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
             time.sleep(0.2)
     release_addresses(layout)

@@ -160,7 +160,7 @@ class PciDevice(_Strict):
                 raise ValueError(f"mps {self.mps} is above mps_supported {self.mps_supported}")
         if self.type == "root_port" and self.parent is not None:
             raise ValueError("a root_port has no parent")
-        if self.type != "root_port" and self.parent is None:
+        if self.type in ("switch_up", "switch_down") and self.parent is None:
             raise ValueError(f"a {self.type} needs a parent bridge")
         return self
 

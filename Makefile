@@ -1,0 +1,46 @@
+# gpuhost: the whole set-up on a fresh Debian 12 machine is one of these two targets.
+#   make audit   install into .venv and audit this machine (read-only)
+#   make test    install everything (system packages too) and run the whole suite
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON ?= /usr/bin/python3
+BIN := $(VENV)/bin
+SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv dpkg-dev
+PYTEST_ARGS ?=
+
+.PHONY: audit test install system-deps lab-demo bench lint clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed
+
+# The lab needs sshd, the real lspci/setpci and FUSE. Installing openssh-server must not
+# start the machine's own sshd on 0.0.0.0:22, so service starts are refused meanwhile.
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  policy=/usr/sbin/policy-rc.d; ours=; \
+	  if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' > $$policy; chmod +x $$policy; ours=1; fi; \
+	  (apt-get install -y -qq $$missing || (apt-get update -qq && apt-get install -y -qq $$missing)) >/dev/null; rc=$$?; \
+	  [ -n "$$ours" ] && rm -f $$policy; exit $$rc; \
+	fi
+
+audit: install
+	$(BIN)/gpuhost audit
+
+test: system-deps install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lab-demo: install
+	$(BIN)/gpuhost lab up ../shared/hosts/pve-gpu1.yml ../shared/hosts/llm-two.yml --dir .lab
+
+bench: system-deps install
+	$(BIN)/python benchmarks/lab_bringup.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,109 @@
+"""Shared fixtures: labs of simulated hosts, reached over real SSH."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuhost.lab import manager
+from gpuhost.lab.layout import LabLayout
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+SEED_HOST = SHARED / "hosts/pve-gpu1.yml"
+SEED_GUEST = SHARED / "hosts/llm-two.yml"
+SPECS = ROOT / "tests/specs"
+
+
+class LabHandle:
+    """A running lab, and the few things tests do with it."""
+
+    def __init__(self, directory: Path, inventory: Path):
+        self.dir = directory
+        self.layout = LabLayout(directory)
+        self.inventory = inventory
+
+    def ssh(self, host: str, command: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        res = subprocess.run(["ssh", "-F", str(self.layout.ssh_config), "-o", "BatchMode=yes", host, command],
+                             capture_output=True, text=True, timeout=timeout)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{host}: {command!r} exited {res.returncode}: {res.stderr.strip()}")
+        return res
+
+    def out(self, host: str, command: str) -> str:
+        return self.ssh(host, command).stdout.strip()
+
+    def status(self, host: str) -> dict:
+        return manager.status(self.dir)["hosts"][host]
+
+    def reboot(self, host: str) -> dict:
+        """`gpuhost lab reboot`: the operator's power button."""
+        return manager.reboot(host, self.dir)
+
+    def reboot_inside(self, host: str, command: str = "reboot") -> str:
+        """Reboot from inside the host, as Ansible's reboot module does; wait for the new boot."""
+        before = self.out(host, "cat /proc/sys/kernel/random/boot_id")
+        self.ssh(host, command, check=False)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            res = self.ssh(host, "cat /proc/sys/kernel/random/boot_id", check=False, timeout=10)
+            if res.returncode == 0 and res.stdout.strip() not in ("", before):
+                return res.stdout.strip()
+        raise AssertionError(f"{host} did not come back with a new boot_id")
+
+    def snapshot(self, host: str) -> dict:
+        return manager.snapshot(host, self.dir)
+
+    def disk(self, host: str) -> dict[str, tuple]:
+        """The host's disk layer: every path with its type, mode and content digest."""
+        import hashlib
+        import os
+
+        upper = self.layout.disk(host)
+        out = {}
+        for path in sorted(upper.rglob("*")):
+            st = path.lstat()
+            rel = str(path.relative_to(upper))
+            if path.is_symlink():
+                out[rel] = ("link", os.readlink(path))
+            elif path.is_file():
+                out[rel] = ("file", st.st_mode, hashlib.sha256(path.read_bytes()).hexdigest())
+            elif path.is_dir():
+                out[rel] = ("dir", st.st_mode)
+            else:
+                out[rel] = ("other", st.st_mode, st.st_rdev)
+        return out
+
+
+@pytest.fixture
+def make_lab(tmp_path_factory):
+    """Bring up labs from specs; every lab is taken down after the test."""
+    labs: list[Path] = []
+
+    def _make(*specs: Path | str) -> LabHandle:
+        directory = tmp_path_factory.mktemp("lab") / "lab"
+        labs.append(directory)
+        inventory = manager.up([str(s) for s in specs], directory)
+        return LabHandle(directory, inventory)
+
+    yield _make
+    for directory in labs:
+        if (directory / "lab.json").exists():
+            manager.down(directory)
+
+
+@pytest.fixture(scope="module")
+def seed_lab(tmp_path_factory):
+    """The seed host and its container, shared by a module's read-only tests."""
+    directory = tmp_path_factory.mktemp("seedlab") / "lab"
+    inventory = manager.up([str(SEED_HOST), str(SEED_GUEST)], directory)
+    yield LabHandle(directory, inventory)
+    manager.down(directory)
+
+
+def pytest_report_header(config):
+    return f"shared specs: {SHARED}"

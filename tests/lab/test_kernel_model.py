@@ -1,0 +1,238 @@
+"""Every rule of the lab's kernel model (contracts/hostspec.md), on real hosts over SSH."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import SEED_GUEST, SEED_HOST, SPECS
+
+CPUFREQ = "/sys/devices/system/cpu/cpufreq/policy0"
+
+
+def test_cmdline_edited_but_not_refreshed_does_not_take_effect(make_lab):
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "sed -i 's/$/ amd_pstate=active/' /etc/kernel/cmdline")
+    lab.reboot_inside("pve-gpu1")
+    assert "amd_pstate" not in lab.out("pve-gpu1", "cat /proc/cmdline")
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_driver") == "acpi-cpufreq"
+    # after proxmox-boot-tool refresh and a reboot it does
+    lab.ssh("pve-gpu1", "proxmox-boot-tool refresh")
+    assert "amd_pstate" not in lab.out("pve-gpu1", "cat /proc/cmdline"), "a refresh alone changes nothing live"
+    lab.reboot_inside("pve-gpu1")
+    assert lab.out("pve-gpu1", "cat /proc/cmdline") == (
+        "BOOT_IMAGE=/boot/vmlinuz-6.8.12-4-pve root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active")
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_driver") == "amd-pstate-epp"
+    assert lab.out("pve-gpu1", "cat /sys/devices/system/cpu/amd_pstate/status") == "active"
+    # the default governor is offered by amd-pstate-epp, so EPP follows it
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_governor {CPUFREQ}/energy_performance_preference").split() == [
+        "performance", "performance"]
+
+
+def test_grub_cmdline_takes_effect_only_after_update_grub(make_lab):
+    lab = make_lab(SPECS / "intel-grub.yml")
+    lab.ssh("intel-grub", "sed -i 's/^GRUB_CMDLINE_LINUX=\"\"/GRUB_CMDLINE_LINUX=\"intel_idle.max_cstate=1 numa_balancing=disable\"/' /etc/default/grub")
+    lab.reboot("intel-grub")
+    assert "max_cstate" not in lab.out("intel-grub", "cat /proc/cmdline")
+    assert lab.out("intel-grub", "cat /proc/sys/kernel/numa_balancing") == "1"
+    lab.ssh("intel-grub", "update-grub")
+    lab.reboot("intel-grub")
+    cmdline = lab.out("intel-grub", "cat /proc/cmdline")
+    assert cmdline == ("BOOT_IMAGE=/boot/vmlinuz-6.1.0-26-amd64 intel_idle.max_cstate=1 numa_balancing=disable "
+                       "root=UUID=2b7c1a62-6c0e-4a4b-9d0e-1f0b8f0a1c11 ro quiet")
+    names = lab.out("intel-grub", "cat /sys/devices/system/cpu/cpu0/cpuidle/state*/name").split()
+    assert names == ["POLL", "C1", "C1E"], "intel_idle.max_cstate=1 keeps C1 and C1E"
+    assert lab.out("intel-grub", "cat /proc/sys/kernel/numa_balancing") == "0"
+
+
+def test_new_kernel_with_headers_keeps_the_nvidia_driver(make_lab):
+    lab = make_lab(SEED_HOST)
+    res = lab.ssh("pve-gpu1", "apt-get install -y proxmox-kernel-6.14 proxmox-headers-6.14")
+    assert "Setting up proxmox-kernel-6.14" in res.stdout
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.8.12-4-pve", "installing is not booting"
+    lab.reboot_inside("pve-gpu1")
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
+    # kernel >= 6.13 on Zen 5 loads amd_pstate by default, even on a server profile
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_driver") == "amd-pstate-epp"
+    assert lab.out("pve-gpu1", "nvidia-smi --query-gpu=driver_version --format=csv,noheader | sort -u") == "570.133.20"
+    assert "NVRM version" in lab.out("pve-gpu1", "cat /proc/driver/nvidia/version")
+
+
+def test_new_kernel_without_headers_loses_the_nvidia_driver(make_lab):
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "apt-get install -y proxmox-kernel-6.14")
+    lab.reboot_inside("pve-gpu1")
+    assert lab.out("pve-gpu1", "uname -r; cat /proc/sys/kernel/osrelease").splitlines()[-1] == "6.14.11-4-pve"
+    res = lab.ssh("pve-gpu1", "nvidia-smi", check=False)
+    assert res.returncode == 9
+    assert "couldn't communicate with the NVIDIA driver" in res.stdout
+    assert lab.ssh("pve-gpu1", "test -e /proc/driver/nvidia/version", check=False).returncode == 1
+    assert "nvidia" not in lab.out("pve-gpu1", "cat /proc/devices")
+    # pinning the old kernel brings the driver back
+    lab.ssh("pve-gpu1", "proxmox-boot-tool kernel pin 6.8.12-4-pve")
+    lab.reboot_inside("pve-gpu1")
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.8.12-4-pve"
+    assert lab.ssh("pve-gpu1", "nvidia-smi -L").returncode == 0
+
+
+def test_next_boot_pin_is_a_one_time_trial(make_lab):
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "apt-get install -y proxmox-kernel-6.14 proxmox-headers-6.14")
+    lab.ssh("pve-gpu1", "proxmox-boot-tool kernel pin 6.8.12-4-pve")
+    lab.ssh("pve-gpu1", "proxmox-boot-tool kernel pin 6.14.11-4-pve --next-boot")
+    lab.reboot_inside("pve-gpu1")
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
+    lab.reboot_inside("pve-gpu1")
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.8.12-4-pve"
+
+
+def test_pinning_a_kernel_that_is_not_installed_fails(make_lab):
+    lab = make_lab(SEED_HOST)
+    res = lab.ssh("pve-gpu1", "proxmox-boot-tool kernel pin 6.17.2-1-pve", check=False)
+    assert res.returncode != 0
+    assert "no kernel image found in /boot for '6.17.2-1-pve'" in res.stderr
+
+
+def test_sysctl_d_and_enabled_units_are_applied_at_boot(make_lab):
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "sysctl -w kernel.numa_balancing=0 && setpci -s 01:00.0 CAP_EXP+8.w=5000:7000")
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/numa_balancing") == "0"
+    lab.reboot_inside("pve-gpu1")
+    # runtime writes are lost at reboot
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/numa_balancing") == "1"
+    assert lab.out("pve-gpu1", "setpci -s 01:00.0 CAP_EXP+8.w") == "283f"
+    # persisted: a sysctl.d drop-in and an enabled oneshot unit
+    lab.ssh("pve-gpu1", "printf 'kernel.numa_balancing = 0\\n' > /etc/sysctl.d/90-numa.conf")
+    lab.ssh("pve-gpu1", "printf '[Unit]\\nDescription=mrrs\\n[Service]\\nType=oneshot\\n"
+                        "ExecStart=/usr/bin/setpci -s 01:00.0 CAP_EXP+8.w=5000:7000\\n"
+                        "[Install]\\nWantedBy=multi-user.target\\n' > /etc/systemd/system/mrrs.service"
+                        " && systemctl enable mrrs.service")
+    lab.reboot_inside("pve-gpu1")
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/numa_balancing") == "0"
+    assert "MaxReadReq 4096 bytes" in lab.out("pve-gpu1", "lspci -vv -s 01:00.0")
+    assert "MaxReadReq 512 bytes" in lab.out("pve-gpu1", "lspci -vv -s 21:00.0"), "only the unit's device changed"
+
+
+def test_sysctl_d_files_apply_in_lexical_order(make_lab):
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "echo 'vm.swappiness = 10' > /etc/sysctl.d/10-a.conf; echo 'vm.swappiness = 30' > /etc/sysctl.d/20-b.conf")
+    lab.reboot("pve-gpu1")
+    assert lab.out("pve-gpu1", "cat /proc/sys/vm/swappiness") == "30"
+
+
+def test_setpci_changes_max_read_request_live_and_reboot_restores_it(make_lab):
+    lab = make_lab(SEED_HOST)
+    assert "MaxReadReq 512 bytes" in lab.out("pve-gpu1", "lspci -vv -s 01:00.0")
+    lab.ssh("pve-gpu1", "setpci -s 01:00.0 CAP_EXP+8.w=5000:7000")
+    assert "MaxReadReq 4096 bytes" in lab.out("pve-gpu1", "lspci -vv -s 01:00.0")
+    # value:mask changes those three bits and nothing else of Device Control
+    assert lab.out("pve-gpu1", "setpci -s 01:00.0 CAP_EXP+8.w") == "583f"
+    lab.reboot("pve-gpu1")
+    assert "MaxReadReq 512 bytes" in lab.out("pve-gpu1", "lspci -vv -s 01:00.0")
+
+
+def test_amd_pstate_runtime_switch_and_epp_rules(make_lab):
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "sed -i 's/$/ amd_pstate=passive/' /etc/kernel/cmdline && proxmox-boot-tool refresh")
+    lab.reboot("pve-gpu1")
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_driver") == "amd-pstate"
+    assert lab.ssh("pve-gpu1", f"test -e {CPUFREQ}/energy_performance_preference", check=False).returncode == 1
+    # the mode can be switched at runtime through amd_pstate/status
+    lab.ssh("pve-gpu1", "echo active > /sys/devices/system/cpu/amd_pstate/status")
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_driver") == "amd-pstate-epp"
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_available_governors") == "performance powersave"
+    bad = lab.ssh("pve-gpu1", f"echo power > {CPUFREQ}/energy_performance_preference", check=False)
+    assert bad.returncode != 0 and "Device or resource busy" in bad.stderr
+    lab.ssh("pve-gpu1", f"echo powersave > {CPUFREQ}/scaling_governor && echo power > {CPUFREQ}/energy_performance_preference")
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/energy_performance_preference") == "power"
+    bad = lab.ssh("pve-gpu1", "echo turbo > /sys/devices/system/cpu/amd_pstate/status", check=False)
+    assert "Invalid argument" in bad.stderr
+
+
+def test_zen4_server_needs_the_parameter_even_on_new_kernels(make_lab):
+    lab = make_lab(SPECS / "zen4-server.yml")
+    assert lab.out("zen4-server", f"cat {CPUFREQ}/scaling_driver") == "acpi-cpufreq"
+    # governor_default schedutil is offered by acpi-cpufreq
+    assert lab.out("zen4-server", f"cat {CPUFREQ}/scaling_governor") == "schedutil"
+    assert lab.ssh("zen4-server", "test -d /sys/devices/system/cpu/amd_pstate", check=False).returncode == 1
+
+
+def test_cmdline_governor_cstates_numa_iommu_thp(make_lab):
+    lab = make_lab(SEED_HOST)
+    extra = ("amd_pstate=active cpufreq.default_governor=powersave processor.max_cstate=1 "
+             "numa_balancing=disable iommu=pt transparent_hugepage=never")
+    lab.ssh("pve-gpu1", f"sed -i 's/$/ {extra}/' /etc/kernel/cmdline && proxmox-boot-tool refresh")
+    assert lab.out("pve-gpu1", "cat /sys/kernel/iommu_groups/0/type") == "DMA-FQ"
+    lab.reboot("pve-gpu1")
+    assert lab.out("pve-gpu1", f"cat {CPUFREQ}/scaling_governor {CPUFREQ}/energy_performance_preference").split() == [
+        "powersave", "balance_performance"]
+    assert lab.out("pve-gpu1", "cat /sys/devices/system/cpu/cpu0/cpuidle/state*/name").split() == ["POLL", "C1"]
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/numa_balancing") == "0"
+    assert lab.out("pve-gpu1", "cat /sys/kernel/iommu_groups/0/type") == "identity"
+    assert lab.out("pve-gpu1", "cat /sys/kernel/mm/transparent_hugepage/enabled") == "always madvise [never]"
+
+
+def test_iommu_off_in_firmware(make_lab):
+    lab = make_lab(SPECS / "zen4-server.yml")
+    assert lab.out("zen4-server", "find /sys/kernel/iommu_groups /sys/class/iommu -mindepth 1 | wc -l") == "0"
+
+
+def test_persistence_mode_is_lost_at_boot_unless_the_daemon_sets_it(make_lab):
+    lab = make_lab(SEED_HOST)
+    q = "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader | sort -u"
+    assert lab.out("pve-gpu1", q) == "Disabled"
+    assert "All done." in lab.out("pve-gpu1", "nvidia-smi -pm 1")
+    assert lab.out("pve-gpu1", q) == "Enabled"
+    lab.reboot("pve-gpu1")
+    assert lab.out("pve-gpu1", q) == "Disabled"
+    lab.ssh("pve-gpu1", "printf '[Service]\\nExecStart=/usr/bin/nvidia-persistenced --persistence-mode\\n"
+                        "[Install]\\nWantedBy=multi-user.target\\n' > /etc/systemd/system/nvidia-persistenced.service"
+                        " && systemctl enable nvidia-persistenced")
+    lab.reboot("pve-gpu1")
+    assert lab.out("pve-gpu1", q) == "Enabled"
+
+
+def test_guest_shares_the_parent_kernel_and_its_sys_is_read_only(make_lab):
+    lab = make_lab(SEED_HOST, SEED_GUEST)
+    assert lab.out("llm-two", "cat /proc/cmdline") == lab.out("pve-gpu1", "cat /proc/cmdline")
+    assert lab.out("llm-two", "cat /proc/sys/kernel/osrelease") == "6.8.12-4-pve"
+    assert 'ID=ubuntu' in lab.out("llm-two", "cat /etc/os-release")
+    for path in ("/sys/devices/system/cpu/cpu0/cpuidle/state2/disable", "/proc/sys/kernel/numa_balancing"):
+        res = lab.ssh("llm-two", f"echo 1 > {path}", check=False)
+        assert res.returncode != 0 and "Read-only file system" in res.stderr, path
+    assert lab.out("pve-gpu1", "cat /sys/devices/system/cpu/cpu0/cpuidle/state2/disable") == "0"
+    # the guest sees the parent's GPUs through its own userspace
+    assert lab.out("llm-two", "nvidia-smi -L | wc -l") == "8"
+    assert lab.ssh("llm-two", "test -e /usr/sbin/proxmox-boot-tool", check=False).returncode == 1
+    # a host's reboot restarts its containers; the guest's own reboot leaves the host alone
+    guest_boot = lab.out("llm-two", "cat /proc/sys/kernel/random/boot_id")
+    host_boot = lab.out("pve-gpu1", "cat /proc/sys/kernel/random/boot_id")
+    assert guest_boot != host_boot
+    guest_boot2 = lab.reboot_inside("llm-two")
+    assert guest_boot2 != guest_boot
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/random/boot_id") == host_boot
+    lab.reboot("pve-gpu1")
+    assert lab.status("llm-two")["state"] == "up"
+    assert lab.out("llm-two", "cat /proc/sys/kernel/random/boot_id") != guest_boot2
+
+
+def test_disk_survives_reboot_and_tmpfs_does_not(make_lab):
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "echo kept > /root/on-disk; echo lost > /run/on-tmpfs; echo lost > /tmp/on-tmpfs")
+    lab.reboot_inside("pve-gpu1", "shutdown -r now")
+    assert lab.out("pve-gpu1", "cat /root/on-disk") == "kept"
+    assert lab.ssh("pve-gpu1", "ls /run/on-tmpfs /tmp/on-tmpfs", check=False).returncode != 0
+    assert (lab.layout.disk("pve-gpu1") / "root/on-disk").read_text() == "kept\n"
+    lab.reboot_inside("pve-gpu1", "systemctl reboot")
+    assert lab.out("pve-gpu1", "cat /root/on-disk") == "kept"
+
+
+@pytest.mark.parametrize("path,value", [
+    ("/sys/devices/system/cpu/cpufreq/policy3/scaling_governor", "turbo"),
+    ("/sys/block/nvme1n1/queue/scheduler", "cfq"),
+    ("/sys/kernel/mm/transparent_hugepage/enabled", "sometimes"),
+    ("/proc/sys/kernel/numa_balancing", "7"),
+])
+def test_bad_writes_fail_as_the_kernel_fails_them(seed_lab, path, value):
+    before = seed_lab.out("pve-gpu1", f"cat {path}")
+    res = seed_lab.ssh("pve-gpu1", f"echo {value} > {path}", check=False)
+    assert res.returncode != 0 and "Invalid argument" in res.stderr
+    assert seed_lab.out("pve-gpu1", f"cat {path}") == before
