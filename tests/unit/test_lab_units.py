@@ -1,0 +1,110 @@
+"""Unit tests of the lab's pure parts: spec validation, config space, the kernel model's rules."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import SEED_GUEST, SEED_HOST, SPECS
+from gpuhost.lab import configspace, kernel
+from gpuhost.lab.spec import SpecError, load_spec, load_specs, parse_spec
+
+
+def seed() -> dict:
+    return yaml.safe_load(SEED_HOST.read_text())
+
+
+def test_every_shipped_spec_is_valid():
+    specs = load_specs([SEED_HOST, SEED_GUEST] + sorted(SPECS.glob("*.yml")))
+    assert [s.hostname for s in specs][:2] == ["pve-gpu1", "llm-two"]
+
+
+def test_pcie_defaults_when_only_the_link_is_given():
+    data = seed()
+    dev = data["pci"][1]
+    for key in ("mps_supported", "mps", "mrrs", "link_sta"):
+        dev.pop(key)
+    spec = parse_spec(data, "x.yml")
+    d = spec.pci[1]
+    assert (d.mps_supported, d.mps, d.mrrs) == (256, 256, 512)
+    assert d.link_sta == d.link_cap
+
+
+def test_hex_and_flow_style_are_accepted(tmp_path):
+    text = SEED_HOST.read_text().replace("vendor: 0x10de", "vendor: 4318")
+    p = tmp_path / "s.yml"
+    p.write_text(text)
+    assert load_spec(p).pci[1].vendor == 0x10DE
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.__setitem__("spec", "v2"), "spec: must be 'gpuhost.hostspec/v1', not 'v2'"),
+    (lambda d: d.__setitem__("kind", "vm"), "kind: must be 'host' or 'lxc-guest', not 'vm'"),
+    (lambda d: d["kernel"].__setitem__("pinned", "6.1.0-1"), "kernel.pinned: 6.1.0-1 is not in kernel.installed"),
+    (lambda d: d["block"][1].__setitem__("scheduler", "bfq"), "block[1]: Value error, scheduler 'bfq' is not among schedulers ['none', 'mq-deadline', 'kyber']"),
+    (lambda d: d["lxc"][1].__setitem__("vmid", 129), "lxc[1].vmid: duplicate vmid 129"),
+    (lambda d: d["pci"][0].__setitem__("bdf", "0:0:1.1"), "pci[0].bdf: not a PCI address (dddd:bb:dd.f, lower-case hex): '0:0:1.1'"),
+    (lambda d: d["firmware"].__setitem__("cppc", "yes"), "firmware.cppc: Input should be a valid boolean"),
+    (lambda d: d["pci"][1].__setitem__("parent", "0000:01:00.0"), "pci[1].parent: 0000:01:00.0 is an endpoint, not a bridge"),
+])
+def test_invalid_specs_name_the_field(mutate, message):
+    data = seed()
+    mutate(data)
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "x.yml")
+    assert str(err.value).replace("Value error, ", "") == f"x.yml: {message}".replace("Value error, ", "")
+    assert "\n" not in str(err.value)
+
+
+def test_guest_may_not_state_host_fields():
+    data = yaml.safe_load(SEED_GUEST.read_text())
+    data["firmware"] = {"iommu": True}
+    with pytest.raises(SpecError, match=r"^x.yml: firmware: unknown field \(a guest states only"):
+        parse_spec(data, "x.yml")
+
+
+def test_config_space_layout_and_masked_writes():
+    spec = parse_spec(seed(), "x.yml")
+    cfg, mask = configspace.build(spec.pci[1])
+    assert len(cfg) == 4096
+    assert cfg[0:4] == bytes([0xDE, 0x10, 0xB5, 0x2B])
+    assert configspace.mrrs(cfg) == 512
+    configspace.masked_write(cfg, mask, configspace.CAP_EXP + 8, (0x583F).to_bytes(2, "little"))
+    assert configspace.mrrs(cfg) == 4096
+    configspace.masked_write(cfg, mask, 0, b"\xff\xff")
+    assert cfg[0:2] == bytes([0xDE, 0x10]), "vendor ID is read-only"
+    port, pmask = configspace.build(spec.pci[0], 1, 1)
+    assert configspace.acs_ctrl(port) == 0x001D
+    configspace.masked_write(port, pmask, configspace.ECAP_ACS + 6, b"\x01\x00")
+    assert configspace.acs_ctrl(port) == 0x0001
+    assert configspace.acs_ctrl(cfg) is None
+
+
+def test_cpufreq_rules():
+    spec = parse_spec(seed(), "x.yml")
+    assert kernel.cpufreq_for(spec, "6.8.12-4-pve", {}) == ("acpi-cpufreq", None)
+    assert kernel.cpufreq_for(spec, "6.14.11-4-pve", {}) == ("amd-pstate-epp", "active")
+    assert kernel.cpufreq_for(spec, "6.8.12-4-pve", {"amd_pstate": "guided"}) == ("amd-pstate", "guided")
+    spec.firmware.cppc = False
+    assert kernel.cpufreq_for(spec, "6.14.11-4-pve", {"amd_pstate": "active"}) == ("acpi-cpufreq", None)
+    spec.firmware.cppc, spec.firmware.acpi_pm_profile, spec.firmware.cpu_family = True, 1, 25
+    assert kernel.cpufreq_for(spec, "6.5.0", {}) == ("amd-pstate-epp", "active"), "desktop profile, >= 6.5"
+    assert kernel.cpufreq_for(spec, "6.4.16", {}) == ("acpi-cpufreq", None)
+
+
+def test_kernel_release_ordering_and_cmdline_parsing():
+    rels = ["6.8.12-4-pve", "6.14.11-4-pve", "6.8.4-2-pve", "6.17.2-1-pve"]
+    assert sorted(rels, key=kernel.version_key)[-1] == "6.17.2-1-pve"
+    assert kernel.release_at_least("6.14.11-4-pve", "6.13") and not kernel.release_at_least("6.8.12-4-pve", "6.13")
+    params = kernel.parse_cmdline("root=ZFS=rpool/ROOT/pve-1 quiet iommu=pt iommu=off")
+    assert params == {"root": "ZFS=rpool/ROOT/pve-1", "quiet": "", "iommu": "off"}
+
+
+def test_loader_state_is_read_from_what_was_last_written(tmp_path: Path):
+    (tmp_path / "boot/grub").mkdir(parents=True)
+    (tmp_path / "boot/grub/grub.cfg").write_text(
+        "menuentry 'x' {\n\tlinux\t/boot/vmlinuz-6.2.0 root=/dev/sda1 ro quiet\n}\n"
+        "menuentry 'y' {\n\tlinux\t/boot/vmlinuz-6.1.0 root=/dev/sda1 ro\n}\n")
+    assert kernel.loader_cmdline(tmp_path, "grub", "6.1.0") == "root=/dev/sda1 ro"
+    assert kernel.loader_cmdline(tmp_path, "grub", "6.3.0") == "root=/dev/sda1 ro quiet"
