@@ -24,6 +24,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gpuhost {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    def common(sp, reports=True):
+        sp.add_argument("-i", "--inventory", help="Ansible inventory (default: this machine, read-only)")
+        sp.add_argument("--limit", help="only hosts matching this Ansible pattern")
+        if reports:
+            sp.add_argument("--controls", help="only these control IDs, comma-separated")
+            sp.add_argument("--json", metavar="F", help="write the JSON report here (default ./gpuhost-report.json)")
+
+    audit = sub.add_parser("audit", help="check every control; changes nothing (Ansible check mode)")
+    common(audit)
+    audit.add_argument("--junit", metavar="F", help="write a JUnit XML report (one testcase per host and control)")
+    audit.add_argument("--html", metavar="F", help="write a self-contained HTML report")
+    audit.add_argument("--diff", action="store_true", help="also preview, with diffs, every change a fix would make")
+    fix = sub.add_parser("fix", help="repair what the audit finds, after a plan and a confirmation")
+    common(fix)
+    fix.add_argument("--reboot", choices=["never", "if-needed"], default="never",
+                     help="reboot hosts whose fixes need it, one at a time (default: never)")
+    fix.add_argument("--yes", action="store_true", help="apply without asking")
+    fix.add_argument("--junit", metavar="F", help=argparse.SUPPRESS)
+    fix.add_argument("--html", metavar="F", help=argparse.SUPPRESS)
+    fix.add_argument("--diff", action="store_true", help="show diffs of changed files")
+    verify = sub.add_parser("verify", help="check the desired state directly on the hosts (pytest-testinfra)")
+    common(verify, reports=False)
+
     lab = sub.add_parser("lab", help="simulated GPU hosts from host specs, over real SSH")
     lsub = lab.add_subparsers(dest="lab_command", required=True, parser_class=_Parser)
     lup = lsub.add_parser("up", help="bring up one host per spec; prints the inventory path")
@@ -70,15 +93,36 @@ def run_lab(args: argparse.Namespace) -> int:
     raise UsageError(f"unknown lab command {args.lab_command}")
 
 
+def run_app(args: argparse.Namespace) -> int:
+    from .app import App, Options, parse_controls
+
+    opts = Options(inventory=args.inventory, limit=args.limit, controls=parse_controls(args.controls),
+                   json=args.json, junit=args.junit, html=args.html, diff=args.diff,
+                   reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False))
+    app = App(opts)
+    try:
+        return app.audit() if args.command == "audit" else app.fix()
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .app import BadInput
     from .lab.manager import LabError
 
     try:
         args = build_parser().parse_args(argv)
         if args.command == "lab":
             return run_lab(args)
+        if args.command in ("audit", "fix"):
+            return run_app(args)
+        if args.command == "verify":
+            from .app import run_verify
+
+            return run_verify(args.inventory, args.limit)
         raise UsageError(f"gpuhost: unknown command {args.command}")
-    except (UsageError, LabError) as exc:
+    except (UsageError, LabError, BadInput) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

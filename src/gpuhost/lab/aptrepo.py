@@ -39,7 +39,7 @@ fi
 """
 
 
-def build_package(name: str, release: str, out_dir: Path) -> Path:
+def build_package(name: str, release: str, out_dir: Path, config: str = "") -> Path:
     with tempfile.TemporaryDirectory(prefix="gpuhost-deb-") as tmp:
         root = Path(tmp)
         (root / "DEBIAN").mkdir()
@@ -57,7 +57,7 @@ def build_package(name: str, release: str, out_dir: Path) -> Path:
             boot = root / "boot"
             boot.mkdir()
             (boot / f"vmlinuz-{release}").write_bytes(b"gpuhost-lab kernel image " + release.encode() + b"\n")
-            (boot / f"config-{release}").write_text(f"CONFIG_X86_AMD_PSTATE=y\nCONFIG_NUMA_BALANCING=y\n")
+            (boot / f"config-{release}").write_text(config or "CONFIG_X86_AMD_PSTATE=y\nCONFIG_NUMA_BALANCING=y\n")
             (boot / f"System.map-{release}").write_text("")
             mods = root / f"lib/modules/{release}"
             mods.mkdir(parents=True)
@@ -77,12 +77,12 @@ def build_package(name: str, release: str, out_dir: Path) -> Path:
         return deb
 
 
-def build_repository(repository: dict[str, str], out_dir: Path) -> Path:
+def build_repository(repository: dict[str, str], out_dir: Path, config: str = "") -> Path:
     """Build a flat repository (``deb [trusted=yes] file:DIR ./``) in *out_dir*."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stanzas = []
     for name, release in sorted(repository.items()):
-        deb = build_package(name, release, out_dir)
+        deb = build_package(name, release, out_dir, config)
         control = subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True).stdout
         data = deb.read_bytes()
         stanzas.append(control.rstrip("\n") + f"\nFilename: ./{deb.name}\nSize: {len(data)}\n"

@@ -18,6 +18,7 @@ import yaml
 
 from .aptrepo import build_repository
 from .layout import LabLayout, default_dir
+from .provision import kernel_config
 from .spec import GuestSpec, HostSpec, SpecError, load_specs
 
 NETWORK = "127.0.1"          # the lab's loopback network; nothing of it listens elsewhere
@@ -202,7 +203,7 @@ def _prepare(layout: LabLayout, specs, spec_paths: list[str], addrs: list[str]) 
         pub = layout.host_key(spec.hostname).with_suffix(".pub").read_text().split()
         known.append(f"{addr} {pub[0]} {pub[1]}\n")
         if isinstance(spec, HostSpec):
-            build_repository(spec.kernel.repository, layout.repo(spec.hostname))
+            build_repository(spec.kernel.repository, layout.repo(spec.hostname), kernel_config(spec))
     layout.known_hosts.write_text("".join(known))
     hosts = [{"name": s.hostname, "kind": s.kind, "addr": a,
               "parent": s.parent if isinstance(s, GuestSpec) else None} for s, a in zip(specs, addrs)]

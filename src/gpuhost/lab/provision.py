@@ -141,7 +141,10 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     (root / "root/.ssh").mkdir(parents=True, exist_ok=True)
     (root / "root/.ssh").chmod(0o700)
     _write(root, "root/.ssh/authorized_keys", client_pub, 0o600)
-    # the machine underneath: no network sources, none of its enabled services
+    # the machine underneath: not a container marker, no network sources, none of its enabled services
+    for marker in (".dockerenv", "run/.containerenv"):
+        if (root / marker).is_file():
+            (root / marker).unlink()
     _empty_dir(root, "etc/apt/sources.list.d")
     if (root / "etc/apt/sources.list").exists():
         (root / "etc/apt/sources.list").unlink()
@@ -172,10 +175,14 @@ def _provision_host(root: Path, spec: HostSpec) -> None:
     _empty_dir(root, "lib/modules")
     for rel in spec.kernel.installed:
         _write(root, f"boot/vmlinuz-{rel}", b"gpuhost-lab kernel image " + rel.encode() + b"\n")
-        _write(root, f"boot/config-{rel}", "CONFIG_X86_AMD_PSTATE=y\n")
+        _write(root, f"boot/config-{rel}", kernel_config(spec))
         (root / f"lib/modules/{rel}").mkdir(parents=True, exist_ok=True)
         # the driver was built for the kernels the machine came with
         _write(root, f"usr/src/linux-headers-{rel}/Makefile", f"VERSION = {rel}\n")
+    if spec.nvidia and spec.nvidia.dkms:
+        (root / f"var/lib/dkms/nvidia/{spec.nvidia.kernel_module}/source").mkdir(parents=True, exist_ok=True)
+        _write(root, f"var/lib/dkms/nvidia/{spec.nvidia.kernel_module}/source/dkms.conf",
+               f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{spec.nvidia.kernel_module}"\nAUTOINSTALL="yes"\n')
     kernels = shimlib.installed_kernels(str(root))
     if spec.kernel.pinned:
         _write(root, "etc/kernel/proxmox-boot-pin", spec.kernel.pinned + "\n")
@@ -205,6 +212,12 @@ def _provision_host(root: Path, spec: HostSpec) -> None:
                 os.symlink(target, root / link)
         for ct in spec.lxc:
             _write(root, f"{node}/lxc/{ct.vmid}.conf", ct.config, 0o640)
+
+
+def kernel_config(spec: HostSpec) -> str:
+    """The parts of /boot/config-<release> the audit reads: the default cpufreq governor."""
+    gov = spec.cpu.governor_default.upper()
+    return f"CONFIG_X86_AMD_PSTATE=y\nCONFIG_NUMA_BALANCING=y\nCONFIG_CPU_FREQ_DEFAULT_GOV_{gov}=y\n"
 
 
 def _provision_guest(root: Path, spec: GuestSpec) -> None:

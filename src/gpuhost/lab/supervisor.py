@@ -145,8 +145,10 @@ class Supervisor:
         cmd = ["unshare", "--pid", "--uts", "--mount", "--fork", "--propagation", "private", "--kill-child",
                "/bin/bash", str(provision.shim_source() / "init-outer"), h.name, str(root),
                str(self.layout.fs / h.name), str(self.layout.fs / kern), kind, repo]
+        # a machine boots with a clean environment, not the lab operator's
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
         h.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+                                  start_new_session=True, env=env)
         console.close()
         deadline = time.monotonic() + BOOT_TIMEOUT
         while not _ssh_banner(h.addr):

@@ -1,0 +1,166 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: set or remove kernel parameters on the persisted command line."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpuhost_cmdline
+short_description: Add, replace or remove kernel parameters for the next boot
+description:
+  - Edits the boot command line where the host's boot loader takes it from, keeping every
+    other parameter as it is, and refreshes the boot loader so the next boot has it.
+  - "systemd-boot on Proxmox VE: the one line of C(/etc/kernel/cmdline), then
+    C(proxmox-boot-tool refresh)."
+  - "GRUB: a drop-in C(/etc/default/grub.d/gpuhost.cfg) that gpuhost owns appends the
+    parameters; a parameter to remove is also taken out of C(/etc/default/grub). Then
+    C(update-grub)."
+  - Idempotent; supports check mode and diff; keeps a backup of a file it changes.
+options:
+  set:
+    description: Parameters to have, name to value (an empty value gives a bare flag).
+    type: dict
+    default: {}
+  remove:
+    description: Names of parameters to take out.
+    type: list
+    elements: str
+    default: []
+  backup:
+    description: Keep a timestamped copy of a file before changing it.
+    type: bool
+    default: true
+author: gpuhost
+"""
+
+EXAMPLES = r"""
+- name: cpu.driver | persist amd_pstate=active
+  gpuhost_cmdline:
+    set: {amd_pstate: active}
+"""
+
+RETURN = r"""
+loader: {description: systemd-boot or grub, returned: always, type: str}
+before: {description: the persisted parameters before, returned: always, type: str}
+after: {description: the persisted parameters after, returned: always, type: str}
+backup_file: {description: the backup made, returned: changed, type: str}
+"""
+
+import os
+import re
+import shlex
+
+from ansible.module_utils.basic import AnsibleModule
+
+KERNEL_CMDLINE = "/etc/kernel/cmdline"
+BOOT_UUIDS = "/etc/kernel/proxmox-boot-uuids"
+GRUB_DEFAULT = "/etc/default/grub"
+GRUB_DROPIN = "/etc/default/grub.d/gpuhost.cfg"
+GRUB_VAR = re.compile(r'^(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(["\']?)(.*)\2\s*$')
+
+
+def token(name, value):
+    return name if value in (None, "") else "%s=%s" % (name, value)
+
+
+def edit_tokens(tokens, set_, remove):
+    """Replace a parameter where it stands (dropping duplicates), append a new one at the end."""
+    out, placed = [], set()
+    for tok in tokens:
+        name = tok.split("=", 1)[0]
+        if name in remove:
+            continue
+        if name in set_:
+            if name in placed:
+                continue
+            out.append(token(name, set_[name]))
+            placed.add(name)
+            continue
+        out.append(tok)
+    for name, value in set_.items():
+        if name not in placed:
+            out.append(token(name, value))
+    return out
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except IOError:
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(set=dict(type="dict", default={}), remove=dict(type="list", elements="str", default=[]),
+                           backup=dict(type="bool", default=True)),
+        supports_check_mode=True)
+    set_ = dict((str(k), "" if v is None else str(v)) for k, v in module.params["set"].items())
+    remove = set(module.params["remove"])
+    for name in list(set_) + list(remove):
+        if not re.match(r"^[A-Za-z0-9_.\-]+$", name):
+            module.fail_json(msg="not a kernel parameter name: %r" % name)
+
+    if os.path.exists(BOOT_UUIDS) and os.path.exists(KERNEL_CMDLINE):
+        loader, files = "systemd-boot", {}
+        before_text = read(KERNEL_CMDLINE) or ""
+        tokens = shlex.split(before_text)
+        after = edit_tokens(tokens, set_, remove)
+        if after != tokens:
+            files[KERNEL_CMDLINE] = (before_text, " ".join(after) + "\n")
+        before, after_s = " ".join(tokens), " ".join(after)
+        refresh = ["proxmox-boot-tool", "refresh"]
+    elif os.path.exists(GRUB_DEFAULT):
+        loader, files = "grub", {}
+        main_text = read(GRUB_DEFAULT) or ""
+        new_main = []
+        for line in main_text.splitlines(True):
+            m = GRUB_VAR.match(line.rstrip("\n"))
+            if m and remove:
+                toks = [t for t in shlex.split(m.group(3)) if t.split("=", 1)[0] not in remove and t.split("=", 1)[0] not in set_]
+                line = '%s="%s"\n' % (m.group(1), " ".join(toks))
+            new_main.append(line)
+        if "".join(new_main) != main_text:
+            files[GRUB_DEFAULT] = (main_text, "".join(new_main))
+        drop_text = read(GRUB_DROPIN)
+        owned = []
+        if drop_text:
+            m = re.search(r'^GRUB_CMDLINE_LINUX_DEFAULT="\$GRUB_CMDLINE_LINUX_DEFAULT ?(.*)"\s*$', drop_text, re.M)
+            owned = shlex.split(m.group(1)) if m else []
+        new_owned = edit_tokens(owned, set_, remove)
+        if new_owned != owned or (drop_text is None and new_owned):
+            files[GRUB_DROPIN] = (drop_text or "", (
+                "# Managed by gpuhost: kernel parameters its controls need (see gpuhost_cmdline).\n"
+                'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' % " ".join(new_owned)))
+        before = " ".join(owned)
+        after_s = " ".join(new_owned)
+        refresh = ["update-grub"]
+    else:
+        module.fail_json(msg="no boot loader configuration gpuhost can edit (%s with %s, or %s)"
+                             % (KERNEL_CMDLINE, BOOT_UUIDS, GRUB_DEFAULT))
+
+    result = dict(changed=bool(files), loader=loader, before=before, after=after_s,
+                  diff=[dict(before_header=p, after_header=p, before=b, after=a) for p, (b, a) in files.items()])
+    if files and not module.check_mode:
+        for path, (_, text) in files.items():
+            if module.params["backup"] and os.path.exists(path):
+                result["backup_file"] = module.backup_local(path)
+            directory = os.path.dirname(path)
+            if not os.path.isdir(directory):
+                os.makedirs(directory)
+            tmp = path + ".gpuhost-tmp"
+            with open(tmp, "w") as f:
+                f.write(text)
+            module.atomic_move(tmp, path)
+        rc, out, err = module.run_command(refresh)
+        if rc != 0:
+            module.fail_json(msg="%s failed: %s" % (" ".join(refresh), (err or out).strip()), **result)
+        result["refresh"] = " ".join(refresh)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: one file gpuhost owns or edits, with its boot-unit link, in one call."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpuhost_file
+short_description: Write a file with exact content (and enable it as a boot unit) in one round trip
+description:
+  - Writes I(content) to I(path) when it differs, atomically, keeping a copy of the old file
+    in I(backup_dir) when asked. With I(wanted_by), also makes the unit's
+    C(<target>.wants/) link, as C(systemctl enable) does.
+  - Does one job the builtin copy and file modules do in several round trips, which matters
+    when a fix touches a dozen files on every host of a fleet. Supports check mode and diff.
+options:
+  path: {description: The file, type: path, required: true}
+  content: {description: What it must contain, type: str, required: true}
+  mode: {description: Permissions for a new file (an existing file keeps its own), type: str, default: "0644"}
+  backup_dir: {description: Where to keep a timestamped copy of a file before changing it, type: path}
+  wanted_by: {description: A systemd target whose .wants directory links the unit, type: str}
+author: gpuhost
+"""
+
+EXAMPLES = r"""
+- name: pcie.mrrs | install and enable the boot unit
+  gpuhost_file:
+    path: /etc/systemd/system/gpuhost-pcie-mrrs.service
+    content: "{{ unit_text }}"
+    wanted_by: multi-user.target
+"""
+
+RETURN = r"""
+backup_file: {description: the copy kept, returned: when a file was changed and backup_dir given, type: str}
+linked: {description: the wants link made, returned: when made, type: str}
+"""
+
+import os
+import shutil
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        path=dict(type="path", required=True), content=dict(type="str", required=True),
+        mode=dict(type="str", default="0644"), backup_dir=dict(type="path"), wanted_by=dict(type="str")),
+        supports_check_mode=True)
+    p = module.params
+    path, content = p["path"], p["content"]
+    try:
+        with open(path) as f:
+            before = f.read()
+    except IOError:
+        before = None
+    result = dict(changed=False, path=path)
+    diffs = []
+    if before != content:
+        result["changed"] = True
+        diffs.append(dict(before_header=path, after_header=path, before=before or "", after=content))
+        if not module.check_mode:
+            if before is not None and p["backup_dir"]:
+                if not os.path.isdir(p["backup_dir"]):
+                    os.makedirs(p["backup_dir"], 0o700)
+                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+                result["backup_file"] = os.path.join(p["backup_dir"], "%s.%s" % (os.path.basename(path), stamp))
+                shutil.copy2(path, result["backup_file"])
+            directory = os.path.dirname(path)
+            if not os.path.isdir(directory):
+                os.makedirs(directory)
+            tmp = "%s.gpuhost-%d" % (path, os.getpid())
+            with open(tmp, "w") as f:
+                f.write(content)
+            os.chmod(tmp, (os.stat(path).st_mode & 0o7777) if before is not None else int(p["mode"], 8))
+            os.rename(tmp, path)
+    if p["wanted_by"]:
+        link = "/etc/systemd/system/%s.wants/%s" % (p["wanted_by"], os.path.basename(path))
+        if not (os.path.islink(link) and os.readlink(link) == path):
+            result["changed"] = True
+            result["linked"] = link
+            diffs.append(dict(before_header=link, after_header=link, before="", after="-> %s\n" % path))
+            if not module.check_mode:
+                if not os.path.isdir(os.path.dirname(link)):
+                    os.makedirs(os.path.dirname(link))
+                if os.path.lexists(link):
+                    os.unlink(link)
+                os.symlink(path, link)
+    result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

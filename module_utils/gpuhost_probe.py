@@ -1,0 +1,391 @@
+# -*- coding: utf-8 -*-
+"""Read everything a GPU host can tell about its system stack, in one pass.
+
+Runs on the managed host under its own Python 3 with the standard library only, so the
+facts module ships it as module_utils; unit tests import it directly. Nothing here
+writes. Every section is read independently: what cannot be read is reported in
+``errors`` with the reason, never guessed.
+"""
+from __future__ import absolute_import, division, print_function
+
+import glob
+import os
+import re
+import struct
+import subprocess
+
+__metaclass__ = type
+
+CAP_ID_EXP = 0x10
+ECAP_ID_ACS = 0x000D
+MPS_SIZES = (128, 256, 512, 1024, 2048, 4096)
+WATCHED_SYSCTLS = ("kernel.numa_balancing",)
+SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
+OWNED_UNITS = ("gpuhost-cpu-governor.service", "gpuhost-cpu-cstates.service", "gpuhost-pcie-mrrs.service",
+               "gpuhost-pcie-acs.service", "gpuhost-storage-scheduler.service", "nvidia-persistenced.service")
+UNIT_DIRS = ("/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+
+
+class Probe:
+    """Reads under *root* ('/' on a real host; a directory tree in unit tests)."""
+
+    def __init__(self, root="/", run=None):
+        self.root = root.rstrip("/") or ""
+        self.errors = {}
+        self._run = run or _run
+
+    # ---- small readers ---------------------------------------------------------------
+    def p(self, path):
+        return self.root + path
+
+    def read(self, path, default=None):
+        try:
+            with open(self.p(path), "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except (IOError, OSError):
+            return default
+
+    def read1(self, path, default=None):
+        text = self.read(path)
+        return text.strip() if text is not None else default
+
+    def glob(self, pattern):
+        return sorted(glob.glob(self.p(pattern)))
+
+    def rel(self, path):
+        return path[len(self.root):] if self.root and path.startswith(self.root) else path
+
+    def section(self, name, fn):
+        try:
+            return fn()
+        except Exception as exc:  # reported, not raised: other sections still count
+            self.errors[name] = "%s: %s" % (type(exc).__name__, exc)
+            return None
+
+    # ---- sections --------------------------------------------------------------------
+    def gather(self):
+        facts = {}
+        for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
+                     "iommu", "pci", "nvidia", "lxc", "block", "units"):
+            facts[name] = self.section(name, getattr(self, "probe_" + name))
+        facts["errors"] = self.errors
+        facts["is_root"] = os.geteuid() == 0
+        return facts
+
+    def probe_os(self):
+        info = {}
+        for line in (self.read("/etc/os-release") or self.read("/usr/lib/os-release") or "").splitlines():
+            m = re.match(r'^([A-Z_]+)=("?)(.*)\2$', line.strip())
+            if m:
+                info[m.group(1)] = m.group(3)
+        pve = None
+        if os.path.exists(self.p("/usr/bin/pveversion")):
+            out = self._run([self.p("/usr/bin/pveversion")])
+            m = re.search(r"pve-manager/(\d+[.\d]*)", out[1] or "")
+            pve = m.group(1) if m else None
+        hostname = self.read1("/proc/sys/kernel/hostname") or self.read1("/etc/hostname")
+        return {"id": info.get("ID"), "version_id": info.get("VERSION_ID"), "pretty_name": info.get("PRETTY_NAME"),
+                "proxmox_ve": pve, "hostname": hostname}
+
+    def probe_container(self):
+        env = self.read("/proc/1/environ")
+        kind = None
+        if env is None:
+            if os.geteuid() != 0:
+                kind = None  # unreadable without root; the markers below still tell
+        else:
+            for var in env.split("\0"):
+                if var.startswith("container="):
+                    kind = var.split("=", 1)[1]
+        if kind is None:
+            kind = self.read1("/run/systemd/container") or self.read1("/run/host/container-manager")
+        if kind is None and os.path.exists(self.p("/.dockerenv")):
+            kind = "docker"
+        return {"kind": kind, "in_container": bool(kind)}
+
+    def probe_cpu(self):
+        text = self.read("/proc/cpuinfo")
+        if text is None:
+            raise IOError("/proc/cpuinfo unreadable")
+        first = {}
+        count = 0
+        for block in text.split("\n\n"):
+            if not block.strip():
+                continue
+            count += 1
+            if not first:
+                for line in block.splitlines():
+                    k, _, v = line.partition(":")
+                    first[k.strip()] = v.strip()
+        flags = first.get("flags", "").split()
+        return {"vendor": first.get("vendor_id"), "family": int(first.get("cpu family", "0") or 0),
+                "model_name": first.get("model name"), "logical_cpus": count,
+                "cppc": "cppc" in flags, "hwp": "hwp" in flags, "hypervisor": "hypervisor" in flags,
+                "pm_profile": int(self.read1("/sys/firmware/acpi/pm_profile", "0") or 0)}
+
+    def probe_cpufreq(self):
+        policies = []
+        for d in self.glob("/sys/devices/system/cpu/cpufreq/policy*"):
+            pol = {"id": int(re.sub(r"\D", "", os.path.basename(d)) or 0),
+                   "driver": self.read1(self.rel(d) + "/scaling_driver"),
+                   "governor": self.read1(self.rel(d) + "/scaling_governor"),
+                   "governors": (self.read1(self.rel(d) + "/scaling_available_governors") or "").split()}
+            epp = self.read1(self.rel(d) + "/energy_performance_preference")
+            if epp is not None:
+                pol["epp"] = epp
+            policies.append(pol)
+        policies.sort(key=lambda x: x["id"])
+        drivers = sorted(set(p["driver"] for p in policies if p["driver"]))
+        return {"driver": drivers[0] if len(drivers) == 1 else (",".join(drivers) or None),
+                "amd_pstate_status": self.read1("/sys/devices/system/cpu/amd_pstate/status"),
+                "policies": policies}
+
+    def probe_cpuidle(self):
+        driver = self.read1("/sys/devices/system/cpu/cpuidle/current_driver")
+        states = {}
+        for d in self.glob("/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"):
+            idx = int(re.sub(r"\D", "", os.path.basename(d)))
+            rel = self.rel(d)
+            st = states.get(idx)
+            if st is None:
+                st = states[idx] = {"index": idx, "name": self.read1(rel + "/name"),
+                                    "latency_us": int(self.read1(rel + "/latency", "0") or 0), "cpus": 0, "disabled": 0}
+            st["cpus"] += 1
+            if self.read1(rel + "/disable", "0") not in ("0", None):
+                st["disabled"] += 1
+        return {"driver": driver, "states": [states[k] for k in sorted(states)]}
+
+    def probe_numa(self):
+        nodes = [os.path.basename(n) for n in self.glob("/sys/devices/system/node/node[0-9]*")]
+        return {"nodes": len(nodes) or 1}
+
+    def probe_sysctl(self):
+        live = {}
+        for key in WATCHED_SYSCTLS:
+            live[key] = self.read1("/proc/sys/" + key.replace(".", "/"))
+        files = {}
+        for d in SYSCTL_DIRS:
+            for path in self.glob(d + "/*.conf"):
+                files.setdefault(os.path.basename(path), path)   # /etc wins over /usr/lib
+        persisted, sources = {}, {}
+        ordered = [files[n] for n in sorted(files)]
+        if os.path.exists(self.p("/etc/sysctl.conf")) and "99-sysctl.conf" not in files:
+            ordered.append(self.p("/etc/sysctl.conf"))
+        for path in ordered:
+            for line in (self.read(self.rel(path)) or "").splitlines():
+                line = line.strip()
+                if not line or line[0] in "#;":
+                    continue
+                m = re.match(r"^-?\s*([\w./-]+)\s*=\s*(.*)$", line)
+                if m and m.group(1).replace("/", ".") in WATCHED_SYSCTLS:
+                    key = m.group(1).replace("/", ".")
+                    persisted[key] = m.group(2).strip()
+                    sources[key] = self.rel(path)
+        return {"live": live, "persisted": persisted, "sources": sources}
+
+    def probe_boot(self):
+        cmdline = self.read1("/proc/cmdline")
+        running = self.read1("/proc/sys/kernel/osrelease")
+        installed = sorted((os.path.basename(p)[len("vmlinuz-"):] for p in self.glob("/boot/vmlinuz-*")),
+                           key=version_key)
+        loader, persisted = None, None
+        if os.path.exists(self.p("/etc/kernel/proxmox-boot-uuids")) and os.path.exists(self.p("/etc/kernel/cmdline")):
+            loader = "systemd-boot"
+            persisted = " ".join((self.read("/etc/kernel/cmdline") or "").split())
+        elif os.path.exists(self.p("/etc/default/grub")):
+            loader = "grub"
+            persisted = self._grub_cmdline()
+        pin = self.read1("/etc/kernel/next-boot-pin") or self.read1("/etc/kernel/proxmox-boot-pin")
+        default = pin if pin in installed else (installed[-1] if installed else None)
+        headers = [k for k in installed if os.path.isdir(self.p("/usr/src/linux-headers-" + k))
+                   or os.path.isdir(self.p("/lib/modules/%s/build" % k))]
+        return {"cmdline": cmdline, "loader": loader, "persisted_cmdline": persisted,
+                "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
+                "pinned_kernel": pin, "kernels_with_headers": headers,
+                "default_governor": {k: self._config_governor(k) for k in set(filter(None, [running, default]))},
+                "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*"))}
+
+    def _grub_cmdline(self):
+        script = ('. "$1/etc/default/grub"; for f in "$1"/etc/default/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done; '
+                  'printf "%s %s" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"')
+        rc, out, err = self._run(["/bin/sh", "-c", script, "sh", self.root or ""])
+        if rc != 0:
+            raise IOError("cannot evaluate /etc/default/grub: %s" % (err or "").strip())
+        return " ".join(out.split())
+
+    def _config_governor(self, release):
+        text = self.read("/boot/config-" + release)
+        if text is None:
+            return None
+        m = re.search(r"^CONFIG_CPU_FREQ_DEFAULT_GOV_(\w+)=y", text, re.M)
+        return m.group(1).lower() if m else None
+
+    def probe_iommu(self):
+        units = [os.path.basename(p) for p in self.glob("/sys/class/iommu/*")]
+        types = sorted(set(filter(None, (self.read1(self.rel(p) + "/type") for p in self.glob("/sys/kernel/iommu_groups/*")))))
+        return {"units": units, "group_types": types, "groups": len(self.glob("/sys/kernel/iommu_groups/*"))}
+
+    def probe_pci(self):
+        devices = []
+        unreadable = []
+        for path in self.glob("/sys/bus/pci/devices/*"):
+            bdf = os.path.basename(path)
+            rel = self.rel(path)
+            real = os.path.realpath(path)
+            parent = os.path.basename(os.path.dirname(real))
+            dev = {"bdf": bdf, "vendor": _hex(self.read1(rel + "/vendor")), "device": _hex(self.read1(rel + "/device")),
+                   "class": _hex(self.read1(rel + "/class")),
+                   "parent": parent if re.match(r"^[0-9a-f]{4}:", parent) else None,
+                   "driver": os.path.basename(os.path.realpath(path + "/driver")) if os.path.exists(path + "/driver") else None,
+                   "numa_node": int(self.read1(rel + "/numa_node", "-1") or -1)}
+            try:
+                with open(path + "/config", "rb") as f:
+                    cfg = f.read(4096)
+            except (IOError, OSError) as exc:
+                cfg = b""
+                dev["config_error"] = str(exc)
+            if 0 < len(cfg) <= 64:
+                dev["config_error"] = "only the first 64 bytes of config space are readable without root"
+                unreadable.append(bdf)
+            dev.update(parse_config(cfg))
+            devices.append(dev)
+        if unreadable:
+            self.errors["pci"] = "config space of %d devices needs root to read" % len(unreadable)
+        return devices
+
+    def probe_nvidia(self):
+        version_text = self.read("/proc/driver/nvidia/version")
+        module = None
+        if version_text:
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", version_text)
+            module = m.group(1) if m else None
+        majors, char_devices = {}, {}
+        devices = self.read("/proc/devices") or ""
+        chars = devices.split("Block devices:")[0]
+        for line in chars.splitlines():
+            m = re.match(r"^\s*(\d+)\s+(\S+)$", line)
+            if m:
+                char_devices[m.group(1)] = m.group(2)
+                if m.group(2).startswith("nvidia"):
+                    majors[m.group(2)] = int(m.group(1))
+        smi = None
+        for cand in ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi"):
+            if os.path.exists(self.p(cand)):
+                smi = cand
+        out = {"module": module, "majors": majors, "char_devices": char_devices, "smi": None, "gpus": [], "userspace": None, "smi_error": None}
+        if smi is None:
+            return out
+        rc, text, err = self._run([self.p(smi), "--query-gpu=index,pci.bus_id,name,compute_cap,driver_version,persistence_mode",
+                                   "--format=csv,noheader"])
+        out["smi"] = smi
+        if rc != 0:
+            out["smi_error"] = (text.strip() or err.strip()).splitlines()[0] if (text.strip() or err.strip()) else "exit %d" % rc
+            m = re.search(r"NVML library version: (\S+)", text + err)
+            out["userspace"] = m.group(1) if m else None
+            return out
+        for line in text.strip().splitlines():
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) < 6:
+                continue
+            bus = cells[1].lower()
+            out["gpus"].append({"index": int(cells[0]), "bdf": bus[4:] if len(bus) == 16 else bus, "name": cells[2],
+                                "compute_cap": cells[3], "persistence": cells[5] == "Enabled"})
+            out["userspace"] = cells[4]
+        return out
+
+    def probe_lxc(self):
+        confs = {}
+        d = "/etc/pve/lxc"
+        if not os.path.isdir(self.p(d)):
+            return None
+        for path in self.glob(d + "/*.conf"):
+            vmid = os.path.basename(path)[:-5]
+            if vmid.isdigit():
+                confs[vmid] = self.read(self.rel(path))
+        return {"configs": confs}
+
+    def probe_block(self):
+        out = []
+        for path in self.glob("/sys/block/*"):
+            name = os.path.basename(path)
+            if re.match(r"^(loop|ram|zram|sr|fd|nbd)\d*", name):
+                continue
+            sched = self.read1("/sys/block/%s/queue/scheduler" % name) or ""
+            m = re.search(r"\[(\S+)\]", sched)
+            out.append({"name": name, "rotational": self.read1("/sys/block/%s/queue/rotational" % name) == "1",
+                        "scheduler": m.group(1) if m else (sched or None),
+                        "schedulers": sched.replace("[", "").replace("]", "").split()})
+        return out
+
+    def probe_units(self):
+        units = {}
+        for name in OWNED_UNITS:
+            content, where = None, None
+            for d in UNIT_DIRS:
+                text = self.read(d + "/" + name)
+                if text is not None:
+                    content, where = text, d + "/" + name
+                    break
+            enabled = os.path.lexists(self.p("/etc/systemd/system/multi-user.target.wants/" + name))
+            units[name] = {"content": content, "path": where, "enabled": enabled}
+        return units
+
+
+def parse_config(cfg):
+    """Decode the registers the controls need from a config-space dump."""
+    out = {}
+    if len(cfg) < 64:
+        return out
+    status = struct.unpack_from("<H", cfg, 0x06)[0]
+    ptr = cfg[0x34] if status & 0x10 else 0
+    seen = 0
+    while ptr and ptr + 2 <= len(cfg) and seen < 48:
+        cap_id, nxt = cfg[ptr], cfg[ptr + 1]
+        if cap_id == CAP_ID_EXP and ptr + 0x14 <= len(cfg):
+            flags = struct.unpack_from("<H", cfg, ptr + 2)[0]
+            devcap = struct.unpack_from("<I", cfg, ptr + 4)[0]
+            devctl = struct.unpack_from("<H", cfg, ptr + 8)[0]
+            lnkcap = struct.unpack_from("<I", cfg, ptr + 0x0C)[0]
+            lnksta = struct.unpack_from("<H", cfg, ptr + 0x12)[0]
+            out.update({"pcie_cap": ptr, "port_type": (flags >> 4) & 0xF,
+                        "mps_supported": MPS_SIZES[devcap & 0x7] if (devcap & 0x7) < 6 else None,
+                        "mps": MPS_SIZES[(devctl >> 5) & 0x7] if ((devctl >> 5) & 0x7) < 6 else None,
+                        "mrrs": MPS_SIZES[(devctl >> 12) & 0x7] if ((devctl >> 12) & 0x7) < 6 else None,
+                        "link_cap": {"gen": lnkcap & 0xF, "width": (lnkcap >> 4) & 0x3F},
+                        "link_sta": {"gen": lnksta & 0xF, "width": (lnksta >> 4) & 0x3F}})
+        ptr = nxt
+        seen += 1
+    off = 0x100
+    seen = 0
+    while len(cfg) >= off + 8 and 0x100 <= off and seen < 64:
+        header = struct.unpack_from("<I", cfg, off)[0]
+        if header in (0, 0xFFFFFFFF):
+            break
+        if header & 0xFFFF == ECAP_ID_ACS:
+            out["acs_cap"] = off
+            out["acs_ctrl"] = struct.unpack_from("<H", cfg, off + 6)[0]
+        off = (header >> 20) & 0xFFC
+        seen += 1
+        if off == 0:
+            break
+    return out
+
+
+def version_key(release):
+    return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.\-+~_]", release))
+
+
+def _hex(text):
+    try:
+        return int(text, 16) if text else None
+    except ValueError:
+        return None
+
+
+def _run(argv):
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate()
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    except OSError as exc:
+        return 127, "", str(exc)

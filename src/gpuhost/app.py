@@ -1,0 +1,232 @@
+"""gpuhost audit / fix / verify: the flows behind the command line."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from . import report as rep
+from .controls import BY_ID
+from .inventory import InventoryError, load_and_check
+from .runner import LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
+
+
+class BadInput(ValueError):
+    """One line for the user; exit 1; no host touched."""
+
+
+@dataclass
+class Options:
+    inventory: str | None = None
+    limit: str | None = None
+    controls: list[str] = field(default_factory=list)
+    json: str | None = None
+    junit: str | None = None
+    html: str | None = None
+    reboot: str = "never"
+    yes: bool = False
+    diff: bool = False
+
+
+def parse_controls(text: str | None) -> list[str]:
+    if not text:
+        return []
+    ids = [c.strip() for c in text.split(",") if c.strip()]
+    for cid in ids:
+        if cid not in BY_ID:
+            raise BadInput(f"--controls: unknown control {cid!r} (known: {', '.join(BY_ID)})")
+    return ids
+
+
+class Progress:
+    """Live per-host progress from runner events; cheap in the event handler."""
+
+    def __init__(self, console: Console, title: str):
+        self.console = console
+        self.title = title
+        self.hosts: dict[str, str] = {}
+        self.live: Live | None = None
+
+    def __enter__(self):
+        if self.console.is_terminal:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=6, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def _render(self) -> Table:
+        t = Table.grid(padding=(0, 2))
+        t.add_row(f"[bold]{self.title}[/]")
+        for host, task in self.hosts.items():
+            t.add_row(f"  {host}", f"[dim]{task}[/]")
+        return t
+
+    def event(self, ev: dict) -> None:
+        data = ev.get("event_data") or {}
+        host, kind = data.get("host"), ev.get("event")
+        if not host:
+            return
+        if kind == "runner_on_start":
+            self.hosts[host] = data.get("task", "")
+        elif kind == "runner_on_unreachable":
+            self.hosts[host] = "[red]unreachable[/]"
+        elif kind == "runner_on_failed":
+            self.hosts[host] = f"[red]failed: {data.get('task', '')}[/]"
+        if self.live:
+            self.live.update(self._render())
+
+
+class App:
+    def __init__(self, opts: Options, console: Console | None = None, err: Console | None = None):
+        self.o = opts
+        self.console = console or Console()
+        self.err = err or Console(stderr=True)
+        self.started = rep.now()
+
+    # ---- input -----------------------------------------------------------------------------
+    def targets(self) -> tuple[str | dict, list[str], dict[str, dict]]:
+        if self.o.inventory is None:
+            return LOCAL_INVENTORY, ["localhost"], {"localhost": {}}
+        if not Path(self.o.inventory).exists():
+            raise BadInput(f"-i: no inventory at {self.o.inventory}")
+        try:
+            found = load_and_check(self.o.inventory, self.o.limit)
+        except InventoryError as exc:
+            raise BadInput(str(exc)) from None
+        return self.o.inventory, [t.name for t in found], {t.name: t.vars for t in found}
+
+    def extravars(self) -> dict:
+        ev = {"gpuhost_controls": self.o.controls} if self.o.controls else {}
+        return ev
+
+    # ---- running ----------------------------------------------------------------------------
+    def play(self, title: str, inventory, check: bool, limit: str | None, extra: dict | None = None,
+             playbook: str = "site.yml") -> RunResult:
+        with Progress(self.err, title) as progress:
+            preview = {"gpuhost_apply": True} if (check and self.o.diff and playbook == "site.yml") else {}
+            run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
+                              extravars={**self.extravars(), **preview, **(extra or {})}, on_event=progress.event)
+            result = run.run()
+        if result.status in ("timeout", "canceled"):
+            raise RuntimeError(f"the run was {result.status}")
+        return result
+
+    @staticmethod
+    def hosts_from(result: RunResult, names: list[str]) -> dict[str, dict]:
+        out = {}
+        for name in names:
+            r = result.reports.get(name)
+            if name in result.unreachable:
+                out[name] = {"reachable": False, "error": f"unreachable: {result.unreachable[name]}", "findings": {}}
+            elif r is None:
+                err = result.failed.get(name, "no report from the host (the play did not finish)")
+                out[name] = {"reachable": True, "error": err, "findings": {}}
+            else:
+                out[name] = {"reachable": True, "facts": r.get("facts"), "findings": r.get("findings") or {},
+                             "changed": r.get("changed") or []}
+                if name in result.failed:
+                    out[name]["error"] = result.failed[name]
+        return out
+
+    def finish(self, mode: str, hosts: dict[str, dict]) -> int:
+        report = rep.build(mode, self.started, hosts)
+        rep.render_terminal(report, self.console)
+        json_path = self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json"
+        rep.write_json(report, json_path)
+        if self.o.junit:
+            rep.write_junit(report, self.o.junit)
+        if self.o.html:
+            rep.write_html(report, self.o.html)
+        self.err.print(f"[dim]report: {json_path}[/]")
+        return rep.exit_code(report)
+
+    # ---- verbs -----------------------------------------------------------------------------------
+    def audit(self) -> int:
+        inventory, names, _ = self.targets()
+        result = self.play("gpuhost audit", inventory, check=True, limit=self.o.limit)
+        return self.finish("audit", self.hosts_from(result, names))
+
+    def fix(self) -> int:
+        inventory, names, _ = self.targets()
+        before = self.hosts_from(self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit), names)
+        plan = {n: [f for f in h["findings"].values() if f["status"] == "drift"] for n, h in before.items()
+                if h.get("reachable") and not h.get("error")}
+        plan = {n: fs for n, fs in plan.items() if fs}
+        self.print_plan(plan, before)
+        after = dict(before)
+        if plan:
+            if not self.confirm(plan):
+                self.err.print("nothing changed")
+                return self.finish("fix", before)
+            limit = ",".join(plan)
+            result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit)
+            after.update(self.hosts_from(result, list(plan)))
+        if self.o.reboot == "if-needed":
+            after = self.reboot_rollout(inventory, after)
+        return self.finish("fix", after)
+
+    def print_plan(self, plan: dict, before: dict) -> None:
+        if not plan:
+            self.err.print("nothing to fix" + ("" if all(h.get("reachable") for h in before.values()) else
+                                              " on the reachable hosts"))
+            return
+        for host, findings in plan.items():
+            self.err.print(f"[bold]{host}[/]: will change")
+            for f in findings:
+                flag = " (reboot needed)" if f.get("reboot_required") else ""
+                self.err.print(f"  {f['control']}: {f['message']}{flag}")
+
+    def confirm(self, plan: dict) -> bool:
+        if self.o.yes:
+            return True
+        if not sys.stdin.isatty():
+            raise BadInput("fix changes hosts: confirm with --yes (no terminal to ask at)")
+        answer = input(f"Apply these changes to {len(plan)} host(s)? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    def reboot_rollout(self, inventory, hosts: dict[str, dict]) -> dict[str, dict]:
+        """Reboot hosts that need it, one at a time; stop at the first that does not come back healthy."""
+        needing = [n for n, h in hosts.items() if h.get("reachable") and not h.get("error")
+                   and any(f["status"] == "pending_reboot" for f in h["findings"].values())]
+        for i, host in enumerate(needing):
+            self.err.print(f"rebooting {host} ({i + 1}/{len(needing)})")
+            result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host, playbook="reboot.yml")
+            if host in result.unreachable or host in result.failed:
+                hosts[host] = {**hosts[host], "error": f"reboot failed: {result.unreachable.get(host) or result.failed.get(host)}"}
+                self._stop_rollout(hosts, needing[i + 1:])
+                break
+            changed = hosts[host].get("changed") or []
+            check = self.hosts_from(self.play(f"gpuhost fix: re-audit {host}", inventory, check=True, limit=host), [host])
+            check[host]["changed"] = changed
+            hosts[host] = check[host]
+            if check[host].get("error") or any(f["status"] in ("pending_reboot", "error") for f in check[host]["findings"].values()):
+                hosts[host]["error"] = hosts[host].get("error") or "did not come back healthy after the reboot"
+                self._stop_rollout(hosts, needing[i + 1:])
+                break
+        return hosts
+
+    def _stop_rollout(self, hosts: dict, rest: list[str]) -> None:
+        for other in rest:
+            self.err.print(f"[red]roll-out stopped: {other} was not rebooted[/]")
+
+
+def run_verify(inventory: str | None, limit: str | None) -> int:
+    import subprocess
+
+    args = [sys.executable, "-m", "pytest", str(PROJECT / "tests/verify"), "-p", "no:cacheprovider", "-q",
+            "--rootdir", str(PROJECT / "tests/verify")]
+    env = dict(os.environ)
+    if inventory:
+        env["GPUHOST_VERIFY_INVENTORY"] = str(Path(inventory).resolve())
+    if limit:
+        env["GPUHOST_VERIFY_LIMIT"] = limit
+    return subprocess.run(args, env=env).returncode
+

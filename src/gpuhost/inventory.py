@@ -1,0 +1,121 @@
+"""Load an inventory and check gpuhost's variables on every host before anything runs.
+
+A wrong type, an unknown control ID or a malformed waiver is bad input: one line naming
+the variable and the host, exit 1, and no host is touched.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass
+
+from .controls import BY_ID
+
+
+class InventoryError(ValueError):
+    """Bad input in an inventory; the message is one line."""
+
+
+@dataclass
+class Target:
+    name: str
+    vars: dict
+
+
+def _load(path: str, limit: str | None) -> list[Target]:
+    from ansible import constants as C
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    C.INVENTORY_UNPARSED_IS_FAILED = True
+    C.INVENTORY_ANY_UNPARSED_IS_FAILED = True
+    loader = DataLoader()
+    try:
+        inv = InventoryManager(loader=loader, sources=[path])
+        if limit:
+            inv.subset(limit)
+        hosts = inv.get_hosts()
+        vm = VariableManager(loader=loader, inventory=inv)
+        out = []
+        for host in hosts:
+            hv = vm.get_vars(host=host, include_hostvars=False)
+            out.append(Target(host.name, {k: v for k, v in hv.items() if str(k).startswith("gpuhost_")}))
+        return out
+    except AnsibleError as exc:
+        first = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
+        raise InventoryError(f"inventory {path}: {first}") from None
+
+
+def _is_str(v) -> bool:
+    return isinstance(v, str)
+
+
+def check_vars(host: str, hv: dict) -> None:
+    """Raise InventoryError for the first bad gpuhost variable of *host*."""
+    def bad(var: str, why: str) -> InventoryError:
+        return InventoryError(f"host {host}: {var}: {why}")
+
+    for var in ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host"):
+        v = hv.get(var)
+        if v is not None and not _is_str(v):
+            raise bad(var, f"must be a string (quote it: \"{v}\"), not {type(v).__name__}")
+    v = hv.get("gpuhost_kernel_min_version")
+    if v and not re.match(r"^\d+(\.\d+){0,2}$", v):
+        raise bad("gpuhost_kernel_min_version", f"not a kernel version like \"6.14\": {v!r}")
+    v = hv.get("gpuhost_nvidia_min_driver")
+    if v and not re.match(r"^\d+(\.\d+){0,2}$", v):
+        raise bad("gpuhost_nvidia_min_driver", f"not a driver version like \"570.124.06\": {v!r}")
+    v = hv.get("gpuhost_cstate_max_latency_us")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        raise bad("gpuhost_cstate_max_latency_us", f"must be a whole number of microseconds, not {v!r}")
+    for var in ("gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices"):
+        v = hv.get(var)
+        if v is not None and (not isinstance(v, list) or not all(_is_str(x) for x in v)):
+            raise bad(var, f"must be a list of strings, not {v!r}")
+    for cid in hv.get("gpuhost_controls_skip") or []:
+        if cid not in BY_ID:
+            raise bad("gpuhost_controls_skip", f"unknown control {cid!r}")
+    waivers = hv.get("gpuhost_waivers")
+    if waivers is None:
+        return
+    if not isinstance(waivers, list):
+        raise bad("gpuhost_waivers", "must be a list of {control, reason, expires}")
+    for i, w in enumerate(waivers):
+        where = f"gpuhost_waivers[{i}]"
+        if not isinstance(w, dict):
+            raise bad(where, "must be a mapping {control, reason, expires}")
+        unknown = set(w) - {"control", "reason", "expires"}
+        if unknown:
+            raise bad(where, f"unknown key {sorted(unknown)[0]!r}")
+        if w.get("control") not in BY_ID:
+            raise bad(where, f"unknown control {w.get('control')!r}")
+        if not _is_str(w.get("reason")) or not w["reason"].strip():
+            raise bad(where, "a waiver needs a reason")
+        exp = w.get("expires")
+        if isinstance(exp, _dt.date):
+            exp = exp.isoformat()
+        if not _is_str(exp) or not re.match(r"^\d{4}-\d{2}-\d{2}$", exp):
+            raise bad(where, f"expires must be a date YYYY-MM-DD, not {w.get('expires')!r}")
+        try:
+            _dt.date.fromisoformat(exp)
+        except ValueError:
+            raise bad(where, f"expires is not a real date: {exp}") from None
+
+
+def load_and_check(path: str, limit: str | None = None) -> list[Target]:
+    targets = _load(path, limit)
+    if not targets:
+        raise InventoryError(f"inventory {path}: no hosts" + (f" match --limit {limit}" if limit else ""))
+    for t in targets:
+        check_vars(t.name, t.vars)
+    return targets
+
+
+def normalise_waivers(hv: dict) -> list[dict]:
+    out = []
+    for w in hv.get("gpuhost_waivers") or []:
+        exp = w["expires"].isoformat() if isinstance(w["expires"], _dt.date) else w["expires"]
+        out.append({"control": w["control"], "reason": w["reason"], "expires": exp})
+    return out

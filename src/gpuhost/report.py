@@ -1,0 +1,183 @@
+"""The report (contract ``gpuhost.report/v1``) and its renderings: JSON, JUnit, HTML, terminal."""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from .controls import BY_ID, CATALOG, FAILING, STATUSES
+
+SCHEMA = "gpuhost.report/v1"
+COLOURS = {"pass": "green", "drift": "yellow", "manual": "magenta", "pending_reboot": "cyan",
+           "na": "dim", "waived": "blue", "error": "red", "unreachable": "red"}
+HTML_COLOURS = {"pass": "#2e7d32", "drift": "#b26a00", "manual": "#8e24aa", "pending_reboot": "#00838f",
+                "na": "#9e9e9e", "waived": "#1565c0", "error": "#c62828", "unreachable": "#c62828"}
+EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def public(finding: dict, changed: bool = False) -> dict:
+    """A finding as the report shows it: no internal fix plan."""
+    out = {k: finding.get(k) for k in ("control", "status", "observed", "expected", "reboot_required", "message")}
+    out["changed"] = bool(changed or finding.get("changed"))
+    return out
+
+
+def build(mode: str, started: str, hosts: dict[str, dict]) -> dict:
+    """*hosts*: name -> {reachable, facts, findings: {id: finding}, changed: [ids], error?}."""
+    report_hosts = {}
+    summary = {"hosts": len(hosts), **{s: 0 for s in STATUSES}, "unreachable": 0}
+    for name, h in hosts.items():
+        entry: dict = {"reachable": h.get("reachable", True), "facts": h.get("facts") or {}}
+        if h.get("error"):
+            entry["error"] = h["error"]
+        changed = set(h.get("changed") or [])
+        findings = [public(f, f["control"] in changed) for f in (h.get("findings") or {}).values()]
+        findings.sort(key=lambda f: [c.id for c in CATALOG].index(f["control"]) if f["control"] in BY_ID else 99)
+        entry["findings"] = findings
+        if not entry["reachable"]:
+            summary["unreachable"] += 1
+        for f in findings:
+            summary[f["status"]] = summary.get(f["status"], 0) + 1
+        report_hosts[name] = entry
+    return {"schema": SCHEMA, "mode": mode, "started": started, "finished": now(),
+            "hosts": report_hosts, "summary": summary}
+
+
+def exit_code(report: dict) -> int:
+    hosts = report["hosts"].values()
+    if any(not h["reachable"] or h.get("error") for h in hosts):
+        return EXIT_UNREACHABLE
+    statuses = {f["status"] for h in hosts for f in h["findings"]}
+    if "error" in statuses:
+        return EXIT_UNREACHABLE
+    if statuses & set(FAILING):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def write_json(report: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def write_junit(report: dict, path: str | Path) -> None:
+    suites = ET.Element("testsuites", name="gpuhost", tests="0", failures="0", errors="0")
+    total = fails = errs = 0
+    for host, h in report["hosts"].items():
+        suite = ET.SubElement(suites, "testsuite", name=host)
+        t = f_ = e = 0
+        if not h["reachable"] or h.get("error"):
+            case = ET.SubElement(suite, "testcase", classname=host, name="reachable")
+            ET.SubElement(case, "error", message=h.get("error") or "unreachable").text = h.get("error") or "unreachable"
+            t, e = 1, 1
+        for f in h["findings"]:
+            t += 1
+            case = ET.SubElement(suite, "testcase", classname=host, name=f["control"])
+            text = f"{f['message']}\nobserved: {f['observed']}\nexpected: {f['expected']}"
+            if f["status"] in FAILING:
+                f_ += 1
+                ET.SubElement(case, "failure", type=f["status"], message=f["message"]).text = text
+            elif f["status"] == "error":
+                e += 1
+                ET.SubElement(case, "error", type="error", message=f["message"]).text = text
+            elif f["status"] in ("na", "waived"):
+                ET.SubElement(case, "properties").append(ET.Element("property", name="status", value=f["status"]))
+                ET.SubElement(case, "system-out").text = f"{f['status']}: {f['message']}"
+        suite.set("tests", str(t))
+        suite.set("failures", str(f_))
+        suite.set("errors", str(e))
+        total, fails, errs = total + t, fails + f_, errs + e
+    suites.set("tests", str(total))
+    suites.set("failures", str(fails))
+    suites.set("errors", str(errs))
+    ET.indent(suites)
+    Path(path).write_text('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n")
+
+
+def write_html(report: dict, path: str | Path) -> None:
+    e = html.escape
+    hosts = report["hosts"]
+    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
+    head = "".join(f"<th title='{e(BY_ID[c].title)}'>{e(c)}</th>" for c in controls)
+    rows = []
+    for name, h in hosts.items():
+        by = {f["control"]: f for f in h["findings"]}
+        if not h["reachable"] or h.get("error"):
+            cells = f"<td colspan='{len(controls)}' class='s-unreachable'>{e(h.get('error') or 'unreachable')}</td>"
+        else:
+            cells = "".join(
+                f"<td class='s-{by[c]['status']}' title='{e(by[c]['message'] or '')}'>{e(by[c]['status'])}"
+                f"{' &#9998;' if by[c]['changed'] else ''}</td>" if c in by else "<td></td>" for c in controls)
+        rows.append(f"<tr><th class='host'>{e(name)}<div class='facts'>{e(_facts_line(h))}</div></th>{cells}</tr>")
+    details = []
+    for name, h in hosts.items():
+        items = "".join(
+            f"<tr class='s-{f['status']}-row'><td><code>{e(f['control'])}</code></td><td class='s-{f['status']}'>{e(f['status'])}</td>"
+            f"<td>{e(str(f['observed']))}</td><td>{e(str(f['expected']))}</td><td>{e(f['message'] or '')}"
+            f"{' <b>(changed)</b>' if f['changed'] else ''}{' <b>(reboot)</b>' if f['reboot_required'] else ''}</td></tr>"
+            for f in h["findings"])
+        details.append(f"<h2 id='{e(name)}'>{e(name)}</h2><table class='detail'><tr><th>control</th><th>status</th>"
+                       f"<th>observed</th><th>expected</th><th>what it means</th></tr>{items}</table>")
+    summary = " &middot; ".join(f"<span class='s-{k}'>{v} {e(k)}</span>" for k, v in report["summary"].items()
+                                if k != "hosts" and v)
+    css = "".join(f".s-{k}{{color:{v};font-weight:600}}" for k, v in HTML_COLOURS.items())
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpuhost {e(report['mode'])} report</title>
+<style>
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222}}
+table{{border-collapse:collapse;margin:1rem 0}} td,th{{border:1px solid #ddd;padding:.35rem .6rem;text-align:left;vertical-align:top}}
+th.host{{white-space:nowrap}} .facts{{font-weight:400;color:#666;font-size:.8rem}} code{{font-size:.9rem}}
+.grid td{{text-align:center}} {css}
+</style></head><body>
+<h1>gpuhost {e(report['mode'])}</h1>
+<p>{e(report['started'])} &ndash; {e(report['finished'])} &middot; {report['summary']['hosts']} hosts &middot; {summary}</p>
+<table class="grid"><tr><th>host</th>{head}</tr>{''.join(rows)}</table>
+{''.join(details)}
+</body></html>
+"""
+    Path(path).write_text(page)
+
+
+def _facts_line(h: dict) -> str:
+    f = h.get("facts") or {}
+    parts = [f.get("cpu"), f"kernel {f['kernel']}" if f.get("kernel") else None,
+             f"{f['gpus']} GPUs" if f.get("gpus") else None, f.get("container") and f"in {f['container']}"]
+    return " · ".join(str(p) for p in parts if p)
+
+
+def render_terminal(report: dict, console) -> None:
+    from rich.table import Table
+
+    hosts = report["hosts"]
+    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
+    table = Table(title=f"gpuhost {report['mode']}", show_lines=False, header_style="bold")
+    table.add_column("control")
+    for name in hosts:
+        table.add_column(name)
+    for c in controls:
+        row = [c]
+        for h in hosts.values():
+            f = next((x for x in h["findings"] if x["control"] == c), None)
+            if not h["reachable"] or h.get("error"):
+                row.append("[red]unreachable[/]" if not h["reachable"] else "[red]failed[/]")
+            elif f is None:
+                row.append("")
+            else:
+                mark = " ✎" if f["changed"] else ""
+                row.append(f"[{COLOURS[f['status']]}]{f['status']}[/]{mark}")
+        table.add_row(*row)
+    console.print(table)
+    for name, h in hosts.items():
+        if not h["reachable"] or h.get("error"):
+            console.print(f"[red]{name}[/]: {h.get('error') or 'unreachable'}")
+            continue
+        for f in h["findings"]:
+            if f["status"] in FAILING + ("error", "waived"):
+                console.print(f"  [{COLOURS[f['status']]}]{f['status']:<14}[/] {name} {f['control']}: {f['message']}")
+    s = report["summary"]
+    console.print("summary: " + ", ".join(f"{v} {k}" for k, v in s.items() if v or k == "hosts"))

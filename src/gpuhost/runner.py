@@ -1,0 +1,98 @@
+"""Running gpuhost's playbooks through ansible-runner.
+
+One ``PlaybookRun`` builds the runner arguments once, runs in its own private data
+directory with its own ident, and collects results from events: per-host findings from
+``set_stats`` (the stats event's artifact data), unreachable hosts and failed tasks from
+their events. Nothing is read from the printed log.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import ansible_runner
+
+PROJECT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = PROJECT / "playbooks"
+LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
+    "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
+
+
+@dataclass
+class RunResult:
+    status: str                                  # successful | failed | timeout | canceled
+    rc: int
+    reports: dict[str, dict] = field(default_factory=dict)      # host -> {findings, changed, facts}
+    unreachable: dict[str, str] = field(default_factory=dict)   # host -> reason
+    failed: dict[str, str] = field(default_factory=dict)        # host -> "task: reason"
+    hosts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PlaybookRun:
+    playbook: str
+    inventory: str | dict
+    check: bool = False
+    diff: bool = False
+    limit: str | None = None
+    extravars: dict = field(default_factory=dict)
+    on_event: Callable[[dict], None] | None = None
+    timeout: int | None = None
+
+    def run(self) -> RunResult:
+        private = Path(tempfile.mkdtemp(prefix="gpuhost-run-"))
+        ident = uuid.uuid4().hex[:12]
+        result = RunResult(status="failed", rc=-1)
+        seen_hosts: list[str] = []
+
+        def handler(event: dict) -> bool:
+            data = event.get("event_data") or {}
+            kind = event.get("event")
+            host = data.get("host")
+            if host and host not in seen_hosts and kind in ("runner_on_start", "runner_on_ok", "runner_on_unreachable"):
+                seen_hosts.append(host)
+            if kind == "runner_on_unreachable" and host:
+                res = data.get("res") or {}
+                result.unreachable[host] = str(res.get("msg") or "unreachable").strip().splitlines()[0]
+            elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
+                res = data.get("res") or {}
+                msg = str(res.get("msg") or res.get("stderr") or "failed").strip().splitlines()
+                result.failed.setdefault(host, f"{data.get('task', '?')}: {msg[0] if msg else 'failed'}")
+            elif kind == "playbook_on_stats":
+                stats = (data.get("artifact_data") or {}).get("gpuhost") or {}
+                result.reports.update(stats)
+            if self.on_event:
+                self.on_event(event)
+            return False        # keep no per-event files: the handler has what we need
+
+        cmdline = []
+        if self.check:
+            cmdline.append("--check")
+        if self.diff:
+            cmdline.append("--diff")
+        env = {"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+               "ANSIBLE_ROLES_PATH": str(PROJECT / "roles"),
+               "ANSIBLE_LIBRARY": str(PROJECT / "library"),
+               "ANSIBLE_MODULE_UTILS": str(PROJECT / "module_utils"),
+               "ANSIBLE_FILTER_PLUGINS": str(PROJECT / "filter_plugins"),
+               "ANSIBLE_NOCOLOR": "1",
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        try:
+            r = ansible_runner.run(
+                private_data_dir=str(private), ident=ident, project_dir=str(PLAYBOOKS),
+                playbook=str(PLAYBOOKS / self.playbook), inventory=self.inventory,
+                limit=self.limit, extravars=self.extravars or None, cmdline=" ".join(cmdline) or None,
+                envvars=env, event_handler=handler, quiet=True, timeout=self.timeout,
+                suppress_env_files=True, rotate_artifacts=1)
+            result.status, result.rc = r.status, r.rc
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        result.hosts = seen_hosts
+        return result
