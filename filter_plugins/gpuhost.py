@@ -5,7 +5,14 @@ tests judge a host the same way.
 """
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+
 from gpuhost.controls import evaluate
+from gpuhost.inventory import BAD_INPUT_MARK, InventoryError, check_vars
+
+CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host",
+                "gpuhost_cstate_max_latency_us", "gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices",
+                "gpuhost_waivers")
 
 
 def _plain(value):
@@ -23,6 +30,18 @@ def gpuhost_evaluate(facts, settings):
     return evaluate(_plain(facts), _plain(settings))
 
 
+def gpuhost_check_inventory(hosts, hostvars):
+    """Check gpuhost's variables on every host; one line naming the first bad one."""
+    for host in hosts:
+        hv = hostvars[host]
+        values = {k: _plain(hv[k]) for k in CHECKED_VARS if k in hv}
+        try:
+            check_vars(str(host), values)
+        except InventoryError as exc:
+            raise AnsibleFilterError(f"{BAD_INPUT_MARK}{exc}") from None
+    return True
+
+
 class FilterModule:
     def filters(self):
-        return {"gpuhost_evaluate": gpuhost_evaluate}
+        return {"gpuhost_evaluate": gpuhost_evaluate, "gpuhost_check_inventory": gpuhost_check_inventory}

@@ -125,19 +125,21 @@ class Probe:
 
     def probe_cpufreq(self):
         policies = []
-        for d in self.glob("/sys/devices/system/cpu/cpufreq/policy*"):
-            pol = {"id": int(re.sub(r"\D", "", os.path.basename(d)) or 0),
-                   "driver": self.read1(self.rel(d) + "/scaling_driver"),
-                   "governor": self.read1(self.rel(d) + "/scaling_governor"),
-                   "governors": (self.read1(self.rel(d) + "/scaling_available_governors") or "").split()}
-            epp = self.read1(self.rel(d) + "/energy_performance_preference")
+        dirs = self.glob("/sys/devices/system/cpu/cpufreq/policy*")
+        # what a policy offers is the driver's, the same for all: read it once
+        first = self.rel(dirs[0]) if dirs else None
+        driver = self.read1(first + "/scaling_driver") if first else None
+        governors = (self.read1(first + "/scaling_available_governors") or "").split() if first else []
+        for d in dirs:
+            rel = self.rel(d)
+            pol = {"id": int(re.sub(r"\D", "", os.path.basename(d)) or 0), "driver": driver,
+                   "governor": self.read1(rel + "/scaling_governor"), "governors": governors}
+            epp = self.read1(rel + "/energy_performance_preference")
             if epp is not None:
                 pol["epp"] = epp
             policies.append(pol)
         policies.sort(key=lambda x: x["id"])
-        drivers = sorted(set(p["driver"] for p in policies if p["driver"]))
-        return {"driver": drivers[0] if len(drivers) == 1 else (",".join(drivers) or None),
-                "amd_pstate_status": self.read1("/sys/devices/system/cpu/amd_pstate/status"),
+        return {"driver": driver, "amd_pstate_status": self.read1("/sys/devices/system/cpu/amd_pstate/status"),
                 "policies": policies}
 
     def probe_cpuidle(self):
@@ -147,7 +149,7 @@ class Probe:
             idx = int(re.sub(r"\D", "", os.path.basename(d)))
             rel = self.rel(d)
             st = states.get(idx)
-            if st is None:
+            if st is None:   # a state's name and latency are the idle driver's, the same on every CPU
                 st = states[idx] = {"index": idx, "name": self.read1(rel + "/name"),
                                     "latency_us": int(self.read1(rel + "/latency", "0") or 0), "cpus": 0, "disabled": 0}
             st["cpus"] += 1

@@ -92,16 +92,14 @@ class App:
         self.started = rep.now()
 
     # ---- input -----------------------------------------------------------------------------
-    def targets(self) -> tuple[str | dict, list[str], dict[str, dict]]:
+    def inventory(self) -> str | dict:
+        """The inventory to run on. Its variables are checked by the playbook's first play,
+        which stops the run before any host is touched; see ``play``."""
         if self.o.inventory is None:
-            return LOCAL_INVENTORY, ["localhost"], {"localhost": {}}
+            return LOCAL_INVENTORY
         if not Path(self.o.inventory).exists():
             raise BadInput(f"-i: no inventory at {self.o.inventory}")
-        try:
-            found = load_and_check(self.o.inventory, self.o.limit)
-        except InventoryError as exc:
-            raise BadInput(str(exc)) from None
-        return self.o.inventory, [t.name for t in found], {t.name: t.vars for t in found}
+        return self.o.inventory
 
     def extravars(self) -> dict:
         ev = {"gpuhost_controls": self.o.controls} if self.o.controls else {}
@@ -115,8 +113,18 @@ class App:
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
                               extravars={**self.extravars(), **preview, **(extra or {})}, on_event=progress.event)
             result = run.run()
+        if result.bad_input:
+            raise BadInput(result.bad_input)
         if result.status in ("timeout", "canceled"):
             raise RuntimeError(f"the run was {result.status}")
+        if not result.hosts and not result.reports:
+            # nothing ran: say why in one line (an inventory that does not parse, a limit that matches nothing)
+            if isinstance(inventory, str):
+                try:
+                    load_and_check(inventory, limit)
+                except InventoryError as exc:
+                    raise BadInput(str(exc)) from None
+            raise BadInput(f"no host ran the play (ansible-playbook exited {result.rc})")
         return result
 
     @staticmethod
@@ -150,13 +158,14 @@ class App:
 
     # ---- verbs -----------------------------------------------------------------------------------
     def audit(self) -> int:
-        inventory, names, _ = self.targets()
+        inventory = self.inventory()
         result = self.play("gpuhost audit", inventory, check=True, limit=self.o.limit)
-        return self.finish("audit", self.hosts_from(result, names))
+        return self.finish("audit", self.hosts_from(result, result.hosts))
 
     def fix(self) -> int:
-        inventory, names, _ = self.targets()
-        before = self.hosts_from(self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit), names)
+        inventory = self.inventory()
+        first = self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit)
+        before = self.hosts_from(first, first.hosts)
         plan = {n: [f for f in h["findings"].values() if f["status"] == "drift"] for n, h in before.items()
                 if h.get("reachable") and not h.get("error")}
         plan = {n: fs for n, fs in plan.items() if fs}

@@ -5,11 +5,16 @@ the variable and the host, exit 1, and no host is touched.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import io
 import re
 from dataclasses import dataclass
 
 from .controls import BY_ID
+
+
+BAD_INPUT_MARK = "gpuhost bad input: "
 
 
 class InventoryError(ValueError):
@@ -23,6 +28,12 @@ class Target:
 
 
 def _load(path: str, limit: str | None) -> list[Target]:
+    # Ansible's own warnings would say the same as our one line, at length
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        return _load_quietly(path, limit)
+
+
+def _load_quietly(path: str, limit: str | None) -> list[Target]:
     from ansible import constants as C
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager

@@ -18,8 +18,11 @@ from typing import Callable
 
 import ansible_runner
 
+from .inventory import BAD_INPUT_MARK
+
 PROJECT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = PROJECT / "playbooks"
+CHECK_PLAY = "gpuhost | check the inventory"
 LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
 
@@ -32,6 +35,7 @@ class RunResult:
     unreachable: dict[str, str] = field(default_factory=dict)   # host -> reason
     failed: dict[str, str] = field(default_factory=dict)        # host -> "task: reason"
     hosts: list[str] = field(default_factory=list)
+    bad_input: str | None = None                                # the inventory check's one line
 
 
 @dataclass
@@ -50,11 +54,21 @@ class PlaybookRun:
         ident = uuid.uuid4().hex[:12]
         result = RunResult(status="failed", rc=-1)
         seen_hosts: list[str] = []
+        play = {"name": ""}
 
         def handler(event: dict) -> bool:
             data = event.get("event_data") or {}
             kind = event.get("event")
             host = data.get("host")
+            if kind == "playbook_on_play_start":
+                play["name"] = data.get("play") or data.get("name") or ""
+            if play["name"] == CHECK_PLAY:
+                if kind == "runner_on_failed":
+                    msg = str((data.get("res") or {}).get("msg") or "")
+                    result.bad_input = msg.split(BAD_INPUT_MARK, 1)[-1].strip().splitlines()[0] if msg else "bad inventory"
+                if self.on_event:
+                    self.on_event(event)
+                return False
             if host and host not in seen_hosts and kind in ("runner_on_start", "runner_on_ok", "runner_on_unreachable"):
                 seen_hosts.append(host)
             if kind == "runner_on_unreachable" and host:

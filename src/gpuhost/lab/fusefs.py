@@ -121,7 +121,12 @@ class LabFS(fuse.Operations):
 
 
 def serve(fs: LabFS, mountpoint: str) -> None:
-    """Run the filesystem in the foreground until unmounted."""
+    """Run the filesystem in the foreground until unmounted.
+
+    Lookups and attributes are cached for a second (reads never are: direct_io), which
+    makes a walk of a host's thousands of sysfs files cheap; a tree that changes shape
+    (a reboot, an amd_pstate mode switch) is seen within that second.
+    """
     fuse.FUSE(fs, mountpoint, foreground=True, nothreads=False, direct_io=True,
-              attr_timeout=0, entry_timeout=0, negative_timeout=0, default_permissions=False,
+              attr_timeout=1.0, entry_timeout=1.0, negative_timeout=0, default_permissions=False,
               allow_other=False, fsname="gpuhost-lab", subtype="gpuhost-lab")

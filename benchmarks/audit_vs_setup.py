@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The audit's wall time on the seed host, next to one `setup` (gather_subset=min) task.
+
+    .venv/bin/python benchmarks/audit_vs_setup.py [--runs 5]
+
+Both run in the same lab, alternately, with gpuhost's ansible.cfg (same SSH settings):
+`gpuhost audit -i INVENTORY --limit pve-gpu1` (the whole command: inventory check, the
+play, the report) against `ansible-playbook` of a play with one setup task. Medians.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gpuhost.lab import manager
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT.parent / "shared/hosts/pve-gpu1.yml"
+SETUP_PLAY = """- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.setup:
+        gather_subset: [min]
+"""
+
+
+def timed(argv: list[str], env: dict, expect: tuple[int, ...]) -> float:
+    t0 = time.perf_counter()
+    res = subprocess.run(argv, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if res.returncode not in expect:
+        sys.exit(f"{' '.join(argv)} exited {res.returncode}: {res.stderr.strip()[-400:]}")
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
+    with tempfile.TemporaryDirectory(prefix="gpuhost-bench-") as tmp:
+        tmp = Path(tmp)
+        inventory = manager.up([str(SEED)], tmp / "lab")
+        try:
+            play = tmp / "setup.yml"
+            play.write_text(SETUP_PLAY)
+            audit = [str(bindir / "gpuhost"), "audit", "-i", str(inventory), "--limit", "pve-gpu1", "--json", str(tmp / "r.json")]
+            setup = [str(bindir / "ansible-playbook"), "-i", str(inventory), "--limit", "pve-gpu1", str(play)]
+            timed(setup, env, (0,))                      # warm: SSH master, caches
+            timed(audit, env, (0, 2))
+            a, s = [], []
+            for _ in range(args.runs):
+                a.append(timed(audit, env, (0, 2)))
+                s.append(timed(setup, env, (0,)))
+        finally:
+            manager.down(tmp / "lab")
+    ma, ms = statistics.median(a), statistics.median(s)
+    print(f"seed host pve-gpu1, {args.runs} runs each, medians")
+    print(f"  gpuhost audit (14 controls)       {ma:6.2f} s   (min {min(a):.2f}, max {max(a):.2f})")
+    print(f"  ansible-playbook setup (min)      {ms:6.2f} s   (min {min(s):.2f}, max {max(s):.2f})")
+    print(f"  ratio                             {ma / ms:6.2f}   (goal <= 1.5)")
+
+
+if __name__ == "__main__":
+    main()
