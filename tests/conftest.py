@@ -107,3 +107,49 @@ def seed_lab(tmp_path_factory):
 
 def pytest_report_header(config):
     return f"shared specs: {SHARED}"
+
+
+# ---- running gpuhost itself ----------------------------------------------------------------
+class GpuhostRun:
+    def __init__(self, proc: subprocess.CompletedProcess, report: dict | None):
+        self.rc = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.report = report
+
+    def status(self, host: str) -> dict[str, str]:
+        return {f["control"]: f["status"] for f in self.report["hosts"][host]["findings"]}
+
+    def changed(self, host: str) -> set[str]:
+        return {f["control"] for f in self.report["hosts"][host]["findings"] if f["changed"]}
+
+    def finding(self, host: str, control: str) -> dict:
+        return next(f for f in self.report["hosts"][host]["findings"] if f["control"] == control)
+
+
+def gpuhost(*args: str, cwd: Path | None = None, timeout: float = 600) -> GpuhostRun:
+    """Run the real command line; return its exit code and its JSON report."""
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gpuhost-test-") as tmp:
+        report_path = Path(tmp) / "report.json"
+        argv = [sys.executable, "-m", "gpuhost.cli", *args]
+        if args and args[0] in ("audit", "fix") and "--json" not in args:
+            argv += ["--json", str(report_path)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp)
+        path = Path(args[args.index("--json") + 1]) if "--json" in args else report_path
+        report = json.loads(path.read_text()) if path.exists() else None
+    return GpuhostRun(proc, report)
+
+
+def inventory_with(lab: "LabHandle", host_vars: dict[str, dict]) -> Path:
+    """The lab's inventory plus inventory variables for some hosts."""
+    import yaml
+
+    inv = yaml.safe_load(lab.inventory.read_text())
+    for host, extra in host_vars.items():
+        inv["all"]["hosts"][host].update(extra)
+    path = lab.dir.parent / f"inventory-{abs(hash(json.dumps(host_vars, sort_keys=True, default=str)))}.yml"
+    path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return path

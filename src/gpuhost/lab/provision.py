@@ -138,6 +138,13 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     _write(root, "etc/ssh/sshd_config", sshd_config(addr))
     _write(root, "etc/ssh/ssh_host_ed25519_key", host_key.read_bytes(), 0o600)
     _write(root, "etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_bytes())
+    # root's home is the host's own, with Debian's default dotfiles, not the lab machine's
+    _empty_dir(root, "root")
+    (root / "root").chmod(0o700)
+    for name in ("bashrc", "profile"):
+        skel = Path(f"/usr/share/base-files/dot.{name}")
+        if skel.is_file():
+            _write(root, f"root/.{name}", skel.read_bytes())
     (root / "root/.ssh").mkdir(parents=True, exist_ok=True)
     (root / "root/.ssh").chmod(0o700)
     _write(root, "root/.ssh/authorized_keys", client_pub, 0o600)

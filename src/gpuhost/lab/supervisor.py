@@ -209,11 +209,13 @@ class Supervisor:
     # ---- the control socket ------------------------------------------------------------
     def _serve_control(self) -> None:
         path = self.layout.socket
-        path.unlink(missing_ok=True)
+        staging = path.with_suffix(".new")
+        staging.unlink(missing_ok=True)
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(str(path))
-        os.chmod(path, 0o600)
+        srv.bind(str(staging))
+        os.chmod(staging, 0o600)
         srv.listen(16)
+        os.rename(staging, path)      # clients wait for the socket's name: it appears listening
         while True:
             conn, _ = srv.accept()
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()

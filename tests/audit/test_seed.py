@@ -1,0 +1,120 @@
+"""The seed host end to end: the audit reports exactly what its spec's comments say, the
+fix (with reboots) ends with every control passing, and a second fix changes nothing."""
+from __future__ import annotations
+
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from conftest import gpuhost
+from gpuhost.controls import CATALOG
+
+SEED_EXPECTED = {
+    "cpu.driver": "drift", "cpu.governor": "pass", "cpu.cstates": "drift", "numa.balancing": "drift",
+    "pcie.mrrs": "drift", "pcie.link": "pass", "pcie.acs": "pass", "iommu.mode": "drift",
+    "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
+    "nvidia.persistence": "drift", "lxc.gpu_passthrough": "drift", "storage.scheduler": "drift",
+}
+GUEST_EXPECTED = {c.id: "na" for c in CATALOG} | {"nvidia.driver": "pass"}
+UNTOUCHED_DEVICES = ("0000:c2:00.0", "0000:02:00.0")     # the NIC and the NVMe
+
+
+def _device_config(snapshot: dict, bdf: str) -> bytes:
+    return next(v for p, v in snapshot.items() if p.endswith(f"/{bdf}/config"))
+
+
+def test_seed_audit_reports_what_the_spec_says_and_writes_nothing(seed_lab, tmp_path):
+    disks = {h: seed_lab.disk(h) for h in ("pve-gpu1", "llm-two")}
+    sys_before = seed_lab.snapshot("pve-gpu1")
+    junit, html = tmp_path / "r.xml", tmp_path / "r.html"
+    run = gpuhost("audit", "-i", str(seed_lab.inventory), "--junit", str(junit), "--html", str(html))
+    assert run.rc == 2, run.stderr
+    assert run.status("pve-gpu1") == SEED_EXPECTED
+    assert run.status("llm-two") == GUEST_EXPECTED
+    guest_na = run.finding("llm-two", "cpu.driver")
+    assert "container" in guest_na["message"] and "pve-gpu1" in guest_na["message"]
+    r = run.report
+    assert r["schema"] == "gpuhost.report/v1" and r["mode"] == "audit"
+    assert r["summary"] == {"hosts": 2, "pass": 6, "drift": 9, "manual": 0, "pending_reboot": 0, "na": 13,
+                            "waived": 0, "error": 0, "unreachable": 0}
+    facts = r["hosts"]["pve-gpu1"]["facts"]
+    assert facts["kernel"] == "6.8.12-4-pve" and facts["gpus"] == 8 and facts["cpu"] == "AMD EPYC 9335 32-Core Processor"
+    drv = run.finding("pve-gpu1", "cpu.driver")
+    assert drv["observed"] == "acpi-cpufreq" and drv["expected"] == "amd-pstate-epp" and drv["reboot_required"]
+    assert all(f["changed"] is False for h in r["hosts"].values() for f in h["findings"])
+    # the other reports
+    suites = ET.parse(junit).getroot()
+    assert suites.get("tests") == "28" and suites.get("failures") == "9"
+    assert {c.get("name") for c in suites.iter("testcase")} == set(SEED_EXPECTED)
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and "pve-gpu1" in page and "MaxReadReq 512" in page
+    # an audit writes nothing: the disk layers and the rendered /sys are as they were
+    assert {h: seed_lab.disk(h) for h in disks} == disks
+    assert seed_lab.snapshot("pve-gpu1") == sys_before
+
+
+def test_audit_preview_shows_the_fix_in_check_mode_and_still_writes_nothing(seed_lab):
+    disk = seed_lab.disk("pve-gpu1")
+    run = gpuhost("audit", "-i", str(seed_lab.inventory), "--limit", "pve-gpu1", "--diff",
+                  "--controls", "numa.balancing,iommu.mode")
+    assert run.rc == 2, run.stderr
+    assert run.status("pve-gpu1") == {"numa.balancing": "drift", "iommu.mode": "drift"}
+    assert seed_lab.disk("pve-gpu1") == disk
+
+
+def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
+    from conftest import SEED_GUEST, SEED_HOST
+
+    lab = make_lab(SEED_HOST, SEED_GUEST)
+    before = lab.snapshot("pve-gpu1")
+    ct130 = lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf")
+    boot_id = lab.status("pve-gpu1")["boot_id"]
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
+    assert run.rc == 0, run.stdout + run.stderr
+    assert run.report["mode"] == "fix"
+    assert run.status("pve-gpu1") == {c: "pass" for c in SEED_EXPECTED}
+    assert run.changed("pve-gpu1") == {c for c, s in SEED_EXPECTED.items() if s == "drift"}
+    assert run.status("llm-two") == GUEST_EXPECTED
+    assert lab.status("pve-gpu1")["boot_id"] != boot_id, "the host was rebooted"
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
+    # what the fix must leave alone
+    after = lab.snapshot("pve-gpu1")
+    for bdf in UNTOUCHED_DEVICES:
+        assert _device_config(after, bdf) == _device_config(before, bdf), bdf
+    assert lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf") == ct130
+    assert lab.out("pve-gpu1", "ls /boot/vmlinuz-*").split() == ["/boot/vmlinuz-6.14.11-4-pve", "/boot/vmlinuz-6.8.12-4-pve"]
+    # a second fix changes nothing
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
+    assert again.rc == 0 and again.changed("pve-gpu1") == set()
+    assert "nothing to fix" in again.stderr
+    # and a reboot keeps every fix
+    lab.reboot("pve-gpu1")
+    final = gpuhost("audit", "-i", str(lab.inventory))
+    assert final.rc == 0 and set(final.status("pve-gpu1").values()) == {"pass"}
+
+
+def test_fix_without_reboot_leaves_pending_reboot(make_lab):
+    from conftest import SEED_HOST
+
+    lab = make_lab(SEED_HOST)
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "cpu.driver,iommu.mode,kernel.reboot_pending,numa.balancing")
+    assert run.rc == 2
+    assert run.status("pve-gpu1") == {"cpu.driver": "pending_reboot", "numa.balancing": "pass",
+                                      "iommu.mode": "pending_reboot", "kernel.reboot_pending": "pending_reboot"}
+    assert run.changed("pve-gpu1") == {"cpu.driver", "iommu.mode", "numa.balancing"}
+    assert "amd_pstate=active iommu=pt" in lab.out("pve-gpu1", "cat /etc/kernel/cmdline")
+    assert "amd_pstate" not in lab.out("pve-gpu1", "cat /proc/cmdline"), "never reboots unless told"
+    lab.reboot("pve-gpu1")
+    after = gpuhost("audit", "-i", str(lab.inventory), "--controls", "cpu.driver,iommu.mode,kernel.reboot_pending,numa.balancing")
+    assert after.rc == 0 and set(after.status("pve-gpu1").values()) == {"pass"}
+
+
+def test_fix_refuses_without_yes_when_nobody_can_confirm(make_lab):
+    from conftest import SEED_HOST
+
+    lab = make_lab(SEED_HOST)
+    disk = lab.disk("pve-gpu1")
+    run = gpuhost("fix", "-i", str(lab.inventory), "--controls", "numa.balancing")
+    assert run.rc == 1 and run.stderr.strip().endswith("fix changes hosts: confirm with --yes (no terminal to ask at)")
+    assert lab.disk("pve-gpu1") == disk
