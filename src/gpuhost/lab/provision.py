@@ -52,18 +52,24 @@ def _write(root: Path, rel: str, text: str | bytes, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _empty_dir(root: Path, rel: str) -> None:
-    """Hide what the machine underneath has in this directory (leaves whiteouts)."""
-    path = root / rel
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    if path.is_dir():
-        for child in path.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-    path.mkdir(parents=True, exist_ok=True)
+# Directories whose content on the machine underneath a host must not see: root's home
+# (the lab machine's dotfiles), apt's sources and lists (they point at the network),
+# enabled units and sysctl.d (the machine's services and settings), kernels and modules.
+HIDDEN_DIRS = ("root", "boot", "usr/lib/modules", "etc/apt/sources.list.d", "var/lib/apt/lists",
+               "etc/systemd/system/multi-user.target.wants", "etc/sysctl.d")
+
+
+def hide_lower_dirs(upper: Path) -> None:
+    """Make HIDDEN_DIRS opaque in a new host's upper layer, before its overlay is mounted.
+
+    An opaque directory hides everything below it in the lower layer at once, where
+    deleting through the overlay would write a whiteout for every file.
+    """
+    for rel in HIDDEN_DIRS:
+        d = upper / rel
+        d.mkdir(parents=True, exist_ok=True)
+        os.setxattr(d, "trusted.overlay.opaque", b"y")
+    (upper / "root").chmod(0o700)
 
 
 def install_shims(root: Path, spec: AnySpec) -> None:
@@ -138,9 +144,7 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     _write(root, "etc/ssh/sshd_config", sshd_config(addr))
     _write(root, "etc/ssh/ssh_host_ed25519_key", host_key.read_bytes(), 0o600)
     _write(root, "etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_bytes())
-    # root's home is the host's own, with Debian's default dotfiles, not the lab machine's
-    _empty_dir(root, "root")
-    (root / "root").chmod(0o700)
+    # root's home is the host's own (hidden_lower_dirs), with Debian's default dotfiles
     for name in ("bashrc", "profile"):
         skel = Path(f"/usr/share/base-files/dot.{name}")
         if skel.is_file():
@@ -152,12 +156,8 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     for marker in (".dockerenv", "run/.containerenv"):
         if (root / marker).is_file():
             (root / marker).unlink()
-    _empty_dir(root, "etc/apt/sources.list.d")
     if (root / "etc/apt/sources.list").exists():
         (root / "etc/apt/sources.list").unlink()
-    _empty_dir(root, "var/lib/apt/lists")
-    _empty_dir(root, "etc/systemd/system/multi-user.target.wants")
-    _empty_dir(root, "etc/sysctl.d")
     (root / REPO_MOUNT).mkdir(parents=True, exist_ok=True)
     _write(root, "etc/apt/sources.list.d/gpuhost-lab.list",
            f"# the lab's local kernel repository\ndeb [trusted=yes] file:/{REPO_MOUNT} ./\n")
@@ -178,8 +178,6 @@ def _provision_host(root: Path, spec: HostSpec) -> None:
     sys.path.insert(0, str(shim_source()))
     import shimlib  # the same code the host's update-grub and proxmox-boot-tool run
 
-    _empty_dir(root, "boot")
-    _empty_dir(root, "lib/modules")
     for rel in spec.kernel.installed:
         _write(root, f"boot/vmlinuz-{rel}", b"gpuhost-lab kernel image " + rel.encode() + b"\n")
         _write(root, f"boot/config-{rel}", kernel_config(spec))
@@ -228,5 +226,4 @@ def kernel_config(spec: HostSpec) -> str:
 
 
 def _provision_guest(root: Path, spec: GuestSpec) -> None:
-    # a container has no kernel or boot loader of its own
-    _empty_dir(root, "boot")
+    """A container has no kernel or boot loader of its own: nothing beyond the common part."""

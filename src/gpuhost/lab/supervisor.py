@@ -106,8 +106,11 @@ class Supervisor:
         root = d / "root"
         if os.path.ismount(root):
             return
+        new = not (d / "disk/upper").exists()
         for sub in ("disk/upper", "disk/work", "root"):
             (d / sub).mkdir(parents=True, exist_ok=True)
+        if new:
+            provision.hide_lower_dirs(d / "disk/upper")
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                         f"lowerdir=/,upperdir={d}/disk/upper,workdir={d}/disk/work", str(root)],
                        check=True, capture_output=True)
