@@ -23,6 +23,9 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, str):
         return str(value)
+    for kind in (bool, int, float):         # bool first: it is an int too
+        if isinstance(value, kind):
+            return kind(value)
     return value
 
 

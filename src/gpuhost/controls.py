@@ -121,6 +121,13 @@ def unit_ok(facts: dict, u: dict) -> bool:
     return have.get("content") == u["content"] and bool(have.get("enabled"))
 
 
+def unit_current_or_absent(facts: dict, u: dict) -> bool:
+    """For registers and queues that firmware or the kernel set at every boot: a good live
+    value with no gpuhost unit is what boot gives; a gpuhost unit must match what is wanted."""
+    have = ((facts.get("units") or {}).get(u["name"]) or {})
+    return have.get("content") is None or unit_ok(facts, u)
+
+
 @dataclass
 class Finding:
     control: str
@@ -476,11 +483,11 @@ def pcie_mrrs(h: Host) -> Finding:
     bad = [d for d in targets if d.get("mrrs") != 4096]
     u = mrrs_unit([d["bdf"] for d in targets])
     observed = ", ".join(sorted({str(d.get("mrrs")) for d in targets})) + " bytes"
-    if not bad and unit_ok(h.f, u):
+    if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "4096 bytes", f"MaxReadReq 4096 on {len(targets)} functions")
     fix = {"unit": u, "commands": [f"setpci -s {d['bdf']} CAP_EXP+8.w=5000:7000" for d in bad]}
     msg = (f"MaxReadReq {', '.join(sorted({str(d.get('mrrs')) for d in bad}))} on " + ", ".join(d["bdf"] for d in bad)
-           if bad else "4096 now, but the next boot restores the firmware value")
+           if bad else "gpuhost's boot unit does not cover every GPU function")
     return Finding(cid, "drift", observed, "4096 bytes", msg, fix=fix)
 
 
@@ -543,12 +550,13 @@ def pcie_acs(h: Host) -> Finding:
     if not ports:
         return Finding(cid, "pass", "no PCIe switch above the GPUs", "no ACS redirect on switch ports",
                        "GPUs sit on root ports; peer traffic goes through the root complex")
-    if not bad and unit_ok(h.f, u):
+    if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", "no redirect", "no ACS redirect on switch ports", f"{len(ports)} switch ports clear")
     observed = "; ".join(f"{p['bdf']} " + "+".join(n for bit, n in ACS_REDIRECT.items() if p["acs_ctrl"] & bit) for p in bad)
     fix = {"unit": u, "commands": [f"setpci -s {p['bdf']} ECAP_ACS+6.w=0000:002c" for p in bad]}
     return Finding(cid, "drift", observed or "clear now, not at boot", "no ACS redirect on switch ports",
-                   "ACS redirect sends GPU peer traffic to the root complex" if bad else "the next boot restores ACS redirect", fix=fix)
+                   "ACS redirect sends GPU peer traffic to the root complex" if bad
+                   else "gpuhost's boot unit does not cover every switch port", fix=fix)
 
 
 def lxc_gpu_passthrough(h: Host) -> Finding:
@@ -599,10 +607,10 @@ def storage_scheduler(h: Host) -> Finding:
     bad = [b for b in ssd if b["scheduler"] != "none"]
     u = sched_unit([b["name"] for b in ssd])
     observed = ", ".join(f"{b['name']}={b['scheduler']}" for b in ssd)
-    if not bad and unit_ok(h.f, u):
+    if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "none", f"{len(ssd)} disks use none")
     fix = {"unit": u, "commands": [f"echo none > /sys/block/{b['name']}/queue/scheduler" for b in bad]}
-    msg = (", ".join(f"{b['name']} uses {b['scheduler']}" for b in bad) if bad else "none now, but not at boot")
+    msg = ", ".join(f"{b['name']} uses {b['scheduler']}" for b in bad) or "gpuhost's boot unit does not cover every disk"
     return Finding(cid, "drift", observed, "none", msg, fix=fix)
 
 

@@ -91,8 +91,10 @@ def install_shims(root: Path, spec: AnySpec) -> None:
             tools["usr/bin/nvidia-persistenced"] = "nvidia-persistenced"
     if not spec.is_guest:
         tools["usr/sbin/update-grub"] = "update-grub"
-    if spec.is_proxmox:
+    if spec.is_proxmox or (isinstance(spec, HostSpec) and spec.boot.loader == "systemd-boot"):
+        # the contract's systemd-boot hosts keep their ESPs with proxmox-boot-tool
         tools["usr/sbin/proxmox-boot-tool"] = "proxmox-boot-tool"
+    if spec.is_proxmox:
         tools["usr/sbin/pct"] = "pct"
         tools["usr/bin/pveversion"] = "pveversion"
     for dest, name in tools.items():

@@ -1,0 +1,203 @@
+"""Audit and fix on machines unlike the seed: GRUB and Intel, a PCIe switch, a VM, a host
+with no GPU, Proxmox or IOMMU, a container with a mismatched driver, container configs
+with snapshot sections, inventory variables and bad input."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import yaml
+
+from conftest import SEED_GUEST, SEED_HOST, SPECS, gpuhost, inventory_with
+from gpuhost.controls import CATALOG
+
+ALL = {c.id for c in CATALOG}
+
+
+def spec_variant(tmp_path, source, name, mutate):
+    data = yaml.safe_load(source.read_text())
+    mutate(data)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_intel_grub_full_cycle_with_inventory_variables_and_a_waiver(make_lab, tmp_path):
+    spec = spec_variant(tmp_path, SPECS / "intel-grub.yml", "intel.yml",
+                        lambda d: d["boot"].__setitem__("cmdline", d["boot"]["cmdline"] + " intel_pstate=disable"))
+    lab = make_lab(spec)
+    expires = (dt.date.today() + dt.timedelta(days=30)).isoformat()
+    inv = inventory_with(lab, {"intel-grub": {
+        "gpuhost_kernel_min_version": "6.12",
+        "gpuhost_waivers": [{"control": "pcie.link", "reason": "riser is x8 until the chassis swap", "expires": expires}]}})
+    audit = gpuhost("audit", "-i", str(inv))
+    assert audit.rc == 2, audit.stderr
+    assert audit.status("intel-grub") == {
+        "cpu.driver": "drift", "cpu.governor": "drift", "cpu.cstates": "drift", "numa.balancing": "drift",
+        "pcie.mrrs": "drift", "pcie.link": "waived", "pcie.acs": "pass", "iommu.mode": "drift",
+        "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
+        "nvidia.persistence": "drift", "lxc.gpu_passthrough": "na", "storage.scheduler": "pass"}
+    assert "x8" in audit.finding("intel-grub", "pcie.link")["message"]
+    assert "riser is x8" in audit.finding("intel-grub", "pcie.link")["message"]
+    gov = audit.finding("intel-grub", "cpu.governor")
+    assert gov["observed"] == "powersave", "acpi-cpufreq while intel_pstate=disable: no EPP"
+
+    fix = gpuhost("fix", "-i", str(inv), "--yes", "--reboot", "if-needed")
+    assert fix.rc == 0, fix.stdout + fix.stderr
+    assert set(fix.status("intel-grub").values()) == {"pass", "na", "waived"}
+    assert fix.changed("intel-grub") == {"cpu.driver", "cpu.governor", "cpu.cstates", "numa.balancing",
+                                         "pcie.mrrs", "iommu.mode", "kernel.version", "nvidia.persistence"}
+    # GRUB: gpuhost's drop-in carries its parameters; the main file lost intel_pstate=disable
+    assert "iommu=pt" in lab.out("intel-grub", "cat /etc/default/grub.d/gpuhost.cfg")
+    assert "intel_pstate" not in lab.out("intel-grub", "cat /etc/default/grub")
+    assert lab.out("intel-grub", "cat /proc/sys/kernel/osrelease") == "6.12.9-amd64"
+    assert lab.out("intel-grub", "dpkg-query -W -f='${Status}' linux-headers-6.12.9-amd64") == "install ok installed"
+    assert lab.out("intel-grub", "ls /boot/vmlinuz-*").split() == ["/boot/vmlinuz-6.1.0-26-amd64", "/boot/vmlinuz-6.12.9-amd64"]
+
+    disk = lab.disk("intel-grub")
+    again = gpuhost("fix", "-i", str(inv), "--yes", "--reboot", "if-needed")
+    assert again.rc == 0 and again.changed("intel-grub") == set()
+    assert lab.disk("intel-grub") == disk, "a host in the good state is left alone"
+    lab.reboot("intel-grub")
+    final = gpuhost("audit", "-i", str(inv))
+    assert final.rc == 0 and set(final.status("intel-grub").values()) == {"pass", "na", "waived"}
+
+
+def test_expired_waiver_reports_the_real_status(make_lab):
+    lab = make_lab(SPECS / "intel-grub.yml")
+    inv = inventory_with(lab, {"intel-grub": {"gpuhost_waivers": [
+        {"control": "pcie.link", "reason": "old", "expires": "2020-01-01"}]}})
+    run = gpuhost("audit", "-i", str(inv), "--controls", "pcie.link")
+    assert run.rc == 2 and run.status("intel-grub") == {"pcie.link": "manual"}
+
+
+def test_switch_ports_acs_redirect_is_cleared_and_stays_cleared(make_lab):
+    lab = make_lab(SPECS / "switch-host.yml")
+    audit = gpuhost("audit", "-i", str(lab.inventory), "--controls", "pcie.acs,pcie.mrrs,pcie.link,iommu.mode")
+    assert audit.status("switch-host") == {"pcie.acs": "drift", "pcie.mrrs": "pass", "pcie.link": "pass", "iommu.mode": "pass"}
+    assert audit.finding("switch-host", "pcie.acs")["observed"] == "0000:02:00.0 ReqRedir+CmpltRedir; 0000:02:01.0 ReqRedir+CmpltRedir"
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "pcie.acs")
+    assert fix.rc == 0 and fix.changed("switch-host") == {"pcie.acs"}
+    assert lab.out("switch-host", "setpci -s 02:00.0 ECAP_ACS+6.w; setpci -s 02:01.0 ECAP_ACS+6.w").split() == ["0011", "0011"]
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "pcie.acs")
+    assert again.rc == 0 and again.changed("switch-host") == set()
+    lab.reboot("switch-host")
+    assert gpuhost("audit", "-i", str(lab.inventory), "--controls", "pcie.acs").status("switch-host") == {"pcie.acs": "pass"}
+
+
+def test_acs_is_na_where_devices_go_to_vms(make_lab, tmp_path):
+    spec = spec_variant(tmp_path, SPECS / "switch-host.yml", "vfio.yml",
+                        lambda d: d["pci"][5].__setitem__("driver", "vfio-pci"))
+    lab = make_lab(spec)
+    run = gpuhost("audit", "-i", str(lab.inventory), "--controls", "pcie.acs")
+    f = run.finding("switch-host", "pcie.acs")
+    assert f["status"] == "na" and "vfio-pci on 0000:04:00.0" in f["message"]
+
+
+def test_controls_skip_cleanly_without_gpu_proxmox_or_iommu(make_lab):
+    lab = make_lab(SPECS / "zen4-server.yml", SPECS / "kvm-guest.yml")
+    run = gpuhost("audit", "-i", str(lab.inventory))
+    assert run.rc == 2
+    zen = run.status("zen4-server")
+    for cid in ("pcie.mrrs", "pcie.link", "pcie.acs", "nvidia.driver", "nvidia.persistence", "lxc.gpu_passthrough", "numa.balancing"):
+        assert zen[cid] == "na", cid
+    assert zen["iommu.mode"] == "pass" and zen["kernel.version"] == "na"
+    assert zen["cpu.driver"] == "drift", "Zen 4 server profile: amd_pstate needs the parameter"
+    assert zen["storage.scheduler"] == "drift"
+    assert "no NVIDIA GPU" in run.finding("zen4-server", "pcie.mrrs")["message"]
+    assert "not a Proxmox VE host" in run.finding("zen4-server", "lxc.gpu_passthrough")["message"]
+    vm = run.status("kvm-guest")
+    assert {c for c, s in vm.items() if s != "na"} == {"iommu.mode", "kernel.reboot_pending"}
+    assert vm["iommu.mode"] == "pass" and vm["kernel.reboot_pending"] == "pass"
+    assert "no cpufreq" in run.finding("kvm-guest", "cpu.driver")["message"]
+    # the zen4 host's fixes, through a reboot
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--limit", "zen4-server", "--yes", "--reboot", "if-needed")
+    assert fix.rc == 0, fix.stdout + fix.stderr
+    assert fix.changed("zen4-server") == {"cpu.driver", "cpu.governor", "cpu.cstates", "storage.scheduler"}
+    assert lab.out("zen4-server", "cat /sys/devices/system/cpu/cpufreq/policy0/scaling_driver") == "amd-pstate-epp"
+
+
+def test_guest_with_mismatched_userspace_is_found(make_lab, tmp_path):
+    guest = spec_variant(tmp_path, SEED_GUEST, "guest.yml", lambda d: d["nvidia"].__setitem__("userspace", "570.86.10"))
+    lab = make_lab(SEED_HOST, guest)
+    res = lab.ssh("llm-two", "nvidia-smi", check=False)
+    assert res.returncode == 18 and "Driver/library version mismatch" in res.stdout
+    run = gpuhost("audit", "-i", str(lab.inventory), "--limit", "llm-two")
+    f = run.finding("llm-two", "nvidia.driver")
+    assert f["status"] == "manual" and "570.86.10" in f["message"] and "570.133.20" in f["message"]
+    assert run.rc == 2
+
+
+def test_container_config_with_snapshots_is_fixed_in_its_main_section_only(make_lab, tmp_path):
+    snapshot = ("\n[before-upgrade]\narch: amd64\nhostname: llm-two\nlxc.cgroup2.devices.allow: c 509:* rwm\n"
+                "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\nsnaptime: 1730000000\n")
+
+    def add_snapshot(d):
+        d["lxc"][0]["config"] = "parent: before-upgrade\n" + d["lxc"][0]["config"] + snapshot
+
+    lab = make_lab(spec_variant(tmp_path, SEED_HOST, "pve.yml", add_snapshot))
+    before = lab.out("pve-gpu1", "cat /etc/pve/lxc/129.conf")
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "lxc.gpu_passthrough")
+    assert fix.rc == 0 and fix.changed("pve-gpu1") == {"lxc.gpu_passthrough"}
+    assert "container 129 needs its passthrough fixed, then a restart" in fix.stderr, "the plan says a restart is needed"
+    after = lab.out("pve-gpu1", "cat /etc/pve/lxc/129.conf")
+    main_before, snap_before = before.split("\n[before-upgrade]")
+    main_after, snap_after = after.split("\n[before-upgrade]")
+    assert snap_after == snap_before, "snapshot sections are never touched"
+    assert "c 509:* rwm" not in main_after and "lxc.cgroup2.devices.allow: c 508:* rwm" in main_after
+    assert main_after.count("c 508:*") == 1, "the stale major is replaced, not joined by a second"
+    for node in ("nvidia-uvm-tools", "nvidia-caps"):
+        assert f"/dev/{node} dev/{node}" in main_after
+    kept = [l for l in main_before.splitlines() if "509" not in l]
+    assert all(l in main_after.splitlines() for l in kept), "every other line is kept byte for byte"
+    assert lab.out("pve-gpu1", "ls /var/backups/gpuhost/ | grep -c '^129.conf'") == "1"
+    assert lab.out("pve-gpu1", "cat /var/backups/gpuhost/129.conf.*") == before
+
+
+@pytest.mark.parametrize("var,value,expected", [
+    ("gpuhost_cstate_max_latency_us", "10us", "host pve-gpu1: gpuhost_cstate_max_latency_us: must be a whole number of microseconds, not '10us'"),
+    ("gpuhost_kernel_min_version", 6.14, "host pve-gpu1: gpuhost_kernel_min_version: must be a string (quote it: \"6.14\"), not float"),
+    ("gpuhost_controls_skip", ["cpu.turbo"], "host pve-gpu1: gpuhost_controls_skip: unknown control 'cpu.turbo'"),
+    ("gpuhost_waivers", [{"control": "pcie.mrrs", "expires": "2030-01-01"}], "host pve-gpu1: gpuhost_waivers[0]: a waiver needs a reason"),
+    ("gpuhost_waivers", [{"control": "pcie.mrrs", "reason": "x", "expires": "soon"}], "host pve-gpu1: gpuhost_waivers[0]: expires must be a date YYYY-MM-DD, not 'soon'"),
+])
+def test_bad_inventory_variables_stop_the_run_before_any_host_is_touched(seed_lab, var, value, expected):
+    disk = seed_lab.disk("pve-gpu1")
+    inv = inventory_with(seed_lab, {"pve-gpu1": {var: value}})
+    for verb in (["audit"], ["fix", "--yes"]):
+        run = gpuhost(*verb, "-i", str(inv))
+        assert run.rc == 1
+        assert run.stderr == f"error: {expected}\n"
+    assert seed_lab.disk("pve-gpu1") == disk
+
+
+def test_bad_command_line_input(seed_lab, tmp_path):
+    run = gpuhost("audit", "-i", str(seed_lab.inventory), "--controls", "cpu.driver,gpu.magic")
+    assert run.rc == 1 and run.stderr.startswith("error: --controls: unknown control 'gpu.magic'")
+    bad = tmp_path / "inv.yml"
+    bad.write_text("all: [not, a, mapping\n")
+    run = gpuhost("audit", "-i", str(bad))
+    assert run.rc == 1 and run.stderr.startswith(f"error: inventory {bad}: ") and run.stderr.count("\n") == 1
+    run = gpuhost("audit", "-i", str(tmp_path / "missing.yml"))
+    assert run.rc == 1 and run.stderr == f"error: -i: no inventory at {tmp_path / 'missing.yml'}\n"
+
+
+def test_skipped_controls_and_unreachable_hosts(seed_lab, tmp_path):
+    inv = inventory_with(seed_lab, {"pve-gpu1": {"gpuhost_controls_skip": ["pcie.mrrs", "kernel.version"]},
+                                    "llm-two": {"ansible_host": "127.0.1.254"}})
+    run = gpuhost("audit", "-i", str(inv))
+    assert run.rc == 3
+    assert run.status("pve-gpu1")["pcie.mrrs"] == "na"
+    assert "gpuhost_controls_skip" in run.finding("pve-gpu1", "pcie.mrrs")["message"]
+    assert run.report["hosts"]["llm-two"]["reachable"] is False
+    assert run.report["summary"]["unreachable"] == 1
+    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == len(ALL)
+
+
+def test_local_machine_audit_without_inventory(tmp_path):
+    run = gpuhost("audit", "--json", str(tmp_path / "local.json"))
+    assert run.rc in (0, 2), run.stderr
+    findings = run.report["hosts"]["localhost"]["findings"]
+    assert {f["control"] for f in findings} == ALL
+    assert all(f["status"] in ("pass", "drift", "manual", "pending_reboot", "na", "waived", "error") for f in findings)
+    assert all(f["changed"] is False for f in findings)
