@@ -228,14 +228,18 @@ class App:
 
 
 def run_verify(inventory: str | None, limit: str | None) -> int:
+    """Run the testinfra suite against the inventory's hosts (or this machine); pytest's exit code."""
     import subprocess
 
-    args = [sys.executable, "-m", "pytest", str(PROJECT / "tests/verify"), "-p", "no:cacheprovider", "-q",
-            "--rootdir", str(PROJECT / "tests/verify")]
-    env = dict(os.environ)
+    if inventory and not Path(inventory).exists():
+        raise BadInput(f"-i: no inventory at {inventory}")
+    hosts = f"ansible://{limit or 'all'}" if inventory else "local://"
+    args = [sys.executable, "-m", "pytest", str(PROJECT / "tests/verify"), "-p", "no:cacheprovider",
+            "--rootdir", str(PROJECT / "tests/verify"), "-o", "addopts=", f"--hosts={hosts}", "-q", "-rf"]
     if inventory:
-        env["GPUHOST_VERIFY_INVENTORY"] = str(Path(inventory).resolve())
-    if limit:
-        env["GPUHOST_VERIFY_LIMIT"] = limit
-    return subprocess.run(args, env=env).returncode
+        args.append(f"--ansible-inventory={Path(inventory).resolve()}")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}")
+    rc = subprocess.run(args, env=env, cwd=PROJECT).returncode
+    return {0: 0, 1: 2}.get(rc, 1 if rc in (4, 5) else 3)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -103,6 +104,9 @@ def release_addresses(layout: LabLayout) -> None:
                     claim.unlink()
             except OSError:
                 pass
+        tag = control_path(layout).removesuffix("%C").rsplit("/", 1)[1]
+        for sock in CLAIMS.glob(f"{tag}*"):
+            sock.unlink(missing_ok=True)
         left = [p for p in CLAIMS.iterdir() if p.name != ".lock"]
     if not left:
         shutil.rmtree(CLAIMS, ignore_errors=True)
@@ -224,7 +228,7 @@ def _write_inventory(layout: LabLayout, specs, addrs: list[str]) -> None:
             if spec.nvidia and spec.nvidia.gpus:
                 groups["gpu_hosts"][spec.hostname] = None
     ssh_args = (f"-o UserKnownHostsFile={layout.known_hosts} -o StrictHostKeyChecking=yes "
-                f"-o IdentitiesOnly=yes -o ControlMaster=auto -o ControlPersist=60s")
+                f"-o IdentitiesOnly=yes -o ControlMaster=auto -o ControlPersist=60s -o ControlPath={control_path(layout)}")
     inventory = {"all": {
         "hosts": hosts,
         "vars": {"ansible_user": "root", "ansible_port": 22,
@@ -309,5 +313,28 @@ def _teardown(layout: LabLayout) -> None:
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
             time.sleep(0.2)
+    _kill_leftovers(layout)
     release_addresses(layout)
     shutil.rmtree(layout.dir, ignore_errors=True)
+
+
+def control_path(layout: LabLayout) -> str:
+    """Where SSH keeps the lab's shared connections: short (a socket path has 108 bytes)
+    and the lab's own."""
+    tag = hashlib.sha1(str(layout.dir).encode()).hexdigest()[:10]
+    return f"{CLAIMS}/cm-{tag}-%C"
+
+
+def _kill_leftovers(layout: LabLayout) -> None:
+    """SSH control masters (and anything else) still holding the lab's files: the lab's hosts
+    are gone, so they would only linger until they notice."""
+    markers = (str(layout.dir).encode(), control_path(layout).removesuffix("%C").encode())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            if any(m in cmdline for m in markers):
+                os.kill(int(proc.name), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
