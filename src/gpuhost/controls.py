@@ -655,3 +655,19 @@ def evaluate(facts: dict, settings: dict) -> dict[str, dict]:
                 finding.fix = {}
         out[cid] = finding.as_dict()
     return out
+
+
+def markdown() -> str:
+    """The controls reference (docs/controls.md), made from the catalog."""
+    out = ["# gpuhost controls", "", "Generated from `src/gpuhost/controls.py` (`python -m gpuhost.controls`).", ""]
+    for c in CATALOG:
+        out += [f"## `{c.id}`", "", c.title + ".", "", f"- Why: {c.rationale}.",
+                f"- Role: `{c.role}`; fix: {'yes' if c.fixable else 'none (a person acts)'}; reboot: {c.reboot}."]
+        if c.references:
+            out.append("- References: " + "; ".join(c.references) + ".")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

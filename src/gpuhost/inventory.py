@@ -81,6 +81,9 @@ def check_vars(host: str, hv: dict) -> None:
     v = hv.get("gpuhost_cstate_max_latency_us")
     if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
         raise bad("gpuhost_cstate_max_latency_us", f"must be a whole number of microseconds, not {v!r}")
+    v = hv.get("gpuhost_lxc_restart")
+    if v is not None and not isinstance(v, bool):
+        raise bad("gpuhost_lxc_restart", f"must be true or false, not {v!r}")
     for var in ("gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices"):
         v = hv.get(var)
         if v is not None and (not isinstance(v, list) or not all(_is_str(x) for x in v)):

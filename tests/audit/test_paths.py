@@ -201,3 +201,22 @@ def test_local_machine_audit_without_inventory(tmp_path):
     assert {f["control"] for f in findings} == ALL
     assert all(f["status"] in ("pass", "drift", "manual", "pending_reboot", "na", "waived", "error") for f in findings)
     assert all(f["changed"] is False for f in findings)
+
+
+def test_containers_restart_only_when_told(make_lab):
+    lab = make_lab(SEED_HOST, SEED_GUEST)
+    boot = lab.status("llm-two")["boot_id"]
+    plain = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "lxc.gpu_passthrough")
+    assert plain.rc == 0 and plain.changed("pve-gpu1") == {"lxc.gpu_passthrough"}
+    assert lab.status("llm-two")["boot_id"] == boot, "no restart unless told"
+    lab.ssh("pve-gpu1", "sed -i '/nvidia-caps/d' /etc/pve/lxc/129.conf")
+    inv = inventory_with(lab, {"pve-gpu1": {"gpuhost_lxc_restart": True}})
+    told = gpuhost("fix", "-i", str(inv), "--yes", "--controls", "lxc.gpu_passthrough")
+    assert told.rc == 0 and told.changed("pve-gpu1") == {"lxc.gpu_passthrough"}
+    import time
+    for _ in range(100):
+        status = lab.status("llm-two")
+        if status["state"] == "up" and status["boot_id"] != boot:
+            break
+        time.sleep(0.2)
+    assert lab.status("llm-two")["boot_id"] != boot, "container 129 was restarted"

@@ -78,10 +78,11 @@ def install_shims(root: Path, spec: AnySpec) -> None:
     shim_dir = root / SHIM_DIR
     shim_dir.mkdir(parents=True, exist_ok=True)
     _sync(src / "shimlib.py", shim_dir / "shimlib.py", 0o644)
-    real = shim_dir / "systemctl.real"
-    if not real.exists() and Path("/usr/bin/systemctl").exists() and not Path("/usr/bin/systemctl").is_symlink():
-        shutil.copy2("/usr/bin/systemctl", real)
-    tools = {"usr/bin/systemctl": "systemctl", f"{SHIM_DIR}/init": "init"}
+    for tool in ("systemctl", "uname"):         # the real ones, which the shims call
+        real = shim_dir / f"{tool}.real"
+        if not real.exists() and Path(f"/usr/bin/{tool}").is_file() and not Path(f"/usr/bin/{tool}").is_symlink():
+            shutil.copy2(f"/usr/bin/{tool}", real)
+    tools = {"usr/bin/systemctl": "systemctl", "usr/bin/uname": "uname", f"{SHIM_DIR}/init": "init"}
     for name in ("reboot", "shutdown", "poweroff", "halt"):
         tools[f"usr/sbin/{name}"] = "systemctl"
     nvidia = spec.nvidia is not None

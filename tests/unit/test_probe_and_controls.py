@@ -1,0 +1,144 @@
+"""The facts probe on a rendered machine, the judgement on its facts, and container configs."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, SEED_HOST, SPECS
+from gpuhost import controls, lxcconf
+from gpuhost.lab import configspace
+from gpuhost.lab.kernel import BootState
+from gpuhost.lab.machine import Machine
+from gpuhost.lab.spec import load_spec
+
+spec_ = importlib.util.spec_from_file_location("gpuhost_probe", ROOT / "module_utils/gpuhost_probe.py")
+probe = importlib.util.module_from_spec(spec_)
+spec_.loader.exec_module(probe)
+
+
+def render(spec_path: Path, root: Path, cmdline: str | None = None) -> Machine:
+    """Write a lab machine's /sys and /proc files into a directory, as the probe would see them."""
+    spec = load_spec(spec_path)
+    cmd = cmdline if cmdline is not None else spec.boot.cmdline
+    from gpuhost.lab.kernel import cpufreq_for, cstates_for, default_governor, iommu_for, parse_cmdline
+    params = parse_cmdline(cmd)
+    rel = spec.kernel.installed[-1]
+    drv, status = cpufreq_for(spec, rel, params)
+    boot = BootState(rel, cmd, params, drv, status, default_governor(spec, drv, params), cstates_for(spec, params),
+                     iommu_for(spec, params), spec.thp_default, spec.nvidia is not None,
+                     {k: str(v) for k, v in spec.sysctl_default.items()}, [])
+    m = Machine(spec, boot, lambda a: None, lambda v: None)
+    (root / "etc/kernel").mkdir(parents=True)
+    (root / "etc/kernel/cmdline").write_text(cmd + "\n")          # the boot loader's source, as provisioned
+    (root / "etc/kernel/proxmox-boot-uuids").write_text("8A1B-2C3D\n")
+    for path, value in m.tree.snapshot().items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(value, str) and value.startswith("-> "):
+            os.symlink(value[3:], target)
+        else:
+            target.write_bytes(value if isinstance(value, bytes) else value.encode())
+    return m
+
+
+def test_parse_config_reads_what_configspace_wrote():
+    spec = load_spec(SEED_HOST)
+    cfg, _ = configspace.build(spec.pci[1])
+    regs = probe.parse_config(bytes(cfg))
+    assert regs["mrrs"] == 512 and regs["mps"] == 256 and regs["mps_supported"] == 256
+    assert regs["link_cap"] == {"gen": 5, "width": 16} and regs["port_type"] == 0
+    port, _ = configspace.build(spec.pci[0], 1, 1)
+    assert probe.parse_config(bytes(port))["acs_ctrl"] == 0x1D
+    assert probe.parse_config(bytes(64)) == {}, "no capability list: nothing decoded"
+
+
+def test_probe_on_the_rendered_seed_and_the_judgement(tmp_path):
+    render(SEED_HOST, tmp_path)
+    facts = probe.Probe(str(tmp_path), run=lambda argv: (127, "", "not here")).gather()
+    assert facts["cpu"]["vendor"] == "AuthenticAMD" and facts["cpu"]["logical_cpus"] == 128 and facts["cpu"]["cppc"]
+    assert facts["cpufreq"]["driver"] == "acpi-cpufreq" and len(facts["cpufreq"]["policies"]) == 128
+    assert facts["cpuidle"]["states"][2] == {"index": 2, "name": "C2", "latency_us": 800, "cpus": 128, "disabled": 0}
+    assert facts["numa"]["nodes"] == 2 and facts["sysctl"]["live"]["kernel.numa_balancing"] == "1"
+    assert facts["iommu"]["group_types"] == ["DMA-FQ"]
+    gpus = [d for d in facts["pci"] if d["vendor"] == 0x10DE]
+    assert len(gpus) == 8 and {d["mrrs"] for d in gpus} == {512} and gpus[0]["parent"] == "0000:00:01.1"
+    assert facts["nvidia"]["module"] == "570.133.20" and facts["nvidia"]["majors"]["nvidia-uvm"] == 508
+    f = controls.evaluate(facts, {"controls": ["cpu.cstates", "numa.balancing", "pcie.mrrs", "iommu.mode", "pcie.link"]})
+    assert {k: v["status"] for k, v in f.items()} == {
+        "cpu.cstates": "drift", "numa.balancing": "drift", "pcie.mrrs": "drift", "iommu.mode": "drift", "pcie.link": "pass"}
+    assert f["pcie.mrrs"]["fix"]["commands"][0] == "setpci -s 0000:01:00.0 CAP_EXP+8.w=5000:7000"
+    assert f["iommu.mode"]["fix"] == {"cmdline_set": {"iommu": "pt"}}
+
+
+def test_probe_reads_a_narrow_link_and_the_judgement_names_the_slot(tmp_path):
+    render(SPECS / "intel-grub.yml", tmp_path)
+    facts = probe.Probe(str(tmp_path), run=lambda argv: (127, "", "")).gather()
+    f = controls.evaluate(facts, {"controls": ["pcie.link"]})["pcie.link"]
+    assert f["status"] == "manual"
+    assert "0000:17:00.0 runs x8, both ends support x16 (port 0000:16:01.0)" in f["message"]
+
+
+def test_waivers_expire_and_skips_leave_controls_out(tmp_path):
+    render(SPECS / "intel-grub.yml", tmp_path)
+    facts = probe.Probe(str(tmp_path), run=lambda argv: (127, "", "")).gather()
+    waiver = {"control": "pcie.link", "reason": "riser", "expires": "2030-01-01"}
+    live = controls.evaluate(facts, {"controls": ["pcie.link"], "waivers": [waiver], "today": "2029-12-31"})
+    assert live["pcie.link"]["status"] == "waived" and "riser" in live["pcie.link"]["message"]
+    gone = controls.evaluate(facts, {"controls": ["pcie.link"], "waivers": [waiver], "today": "2030-01-02"})
+    assert gone["pcie.link"]["status"] == "manual"
+    skipped = controls.evaluate(facts, {"controls_skip": ["pcie.link"]})
+    assert skipped["pcie.link"]["status"] == "na" and len(skipped) == len(controls.CATALOG)
+
+
+def test_a_probe_section_that_cannot_be_read_is_an_error_not_a_guess(tmp_path):
+    facts = probe.Probe(str(tmp_path), run=lambda argv: (127, "", "")).gather()
+    assert "cpu" in facts["errors"]
+    f = controls.evaluate(facts, {"controls": ["cpu.driver"]})["cpu.driver"]
+    assert f["status"] == "error" and "cpuinfo" in f["message"]
+
+
+SEED_CT = yaml.safe_load(SEED_HOST.read_text())["lxc"][0]["config"]
+DEVICES = {195: "nvidia", 508: "nvidia-uvm", 236: "nvidia-caps", 226: "drm", 10: "misc"}
+
+
+def test_lxc_config_repair_replaces_the_stale_major_and_adds_what_is_missing():
+    pt = lxcconf.inspect("129", SEED_CT)
+    assert pt.gives_gpus and 509 in pt.allowed
+    probs = lxcconf.problems(pt, DEVICES, 8)
+    assert "stale allow c 509:*" in probs and "missing mount /dev/nvidia-caps" in probs
+    fixed = lxcconf.repair(SEED_CT, DEVICES, 8)
+    assert "c 509:" not in fixed and fixed.count("c 508:* rwm") == 1 and "c 236:* rwm" in fixed
+    assert lxcconf.problems(lxcconf.inspect("129", fixed), DEVICES, 8) == []
+    assert lxcconf.repair(fixed, DEVICES, 8) == fixed, "idempotent"
+    for line in SEED_CT.splitlines():
+        if "509" not in line:
+            assert line in fixed.splitlines()
+
+
+def test_lxc_config_keeps_other_dynamic_majors_and_snapshots():
+    text = SEED_CT + "lxc.cgroup2.devices.allow: c 226:* rwm\n[snap]\nlxc.cgroup2.devices.allow: c 509:* rwm\n"
+    fixed = lxcconf.repair(text, DEVICES, 8)
+    assert "c 226:* rwm" in fixed
+    assert fixed.endswith("[snap]\nlxc.cgroup2.devices.allow: c 509:* rwm\n")
+
+
+def test_a_container_without_gpus_is_not_judged():
+    assert not lxcconf.inspect("130", "arch: amd64\nhostname: db-one\n").gives_gpus
+
+
+def test_the_catalog_and_the_roles_agree():
+    for c in controls.CATALOG:
+        task_file = ROOT / "roles" / c.role / "tasks" / (c.id.replace(".", "_") + ".yml")
+        assert task_file.is_file(), c.id
+        assert f"{c.id} |" in task_file.read_text()
+        main = (ROOT / "roles" / c.role / "tasks/main.yml").read_text()
+        assert f"tags: [{c.id}," in main
+
+
+def test_the_controls_document_is_generated_from_the_catalog():
+    assert (ROOT / "docs/controls.md").read_text() == controls.markdown(), \
+        "docs/controls.md is stale: regenerate with python -m gpuhost.controls > docs/controls.md"
