@@ -144,8 +144,8 @@ class App:
                     out[name]["error"] = result.failed[name]
         return out
 
-    def finish(self, mode: str, hosts: dict[str, dict]) -> int:
-        report = rep.build(mode, self.started, hosts)
+    def finish(self, mode: str, hosts: dict[str, dict], before: dict[str, dict] | None = None) -> int:
+        report = rep.build(mode, self.started, hosts, before)
         rep.render_terminal(report, self.console)
         json_path = self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json"
         rep.write_json(report, json_path)
@@ -174,13 +174,13 @@ class App:
         if plan:
             if not self.confirm(plan):
                 self.err.print("nothing changed")
-                return self.finish("fix", before)
+                return self.finish("fix", before, before)
             limit = ",".join(plan)
             result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit)
             after.update(self.hosts_from(result, list(plan)))
         if self.o.reboot == "if-needed":
             after = self.reboot_rollout(inventory, after)
-        return self.finish("fix", after)
+        return self.finish("fix", after, before)
 
     def print_plan(self, plan: dict, before: dict) -> None:
         if not plan:
@@ -215,12 +215,30 @@ class App:
             changed = hosts[host].get("changed") or []
             check = self.hosts_from(self.play(f"gpuhost fix: re-audit {host}", inventory, check=True, limit=host), [host])
             check[host]["changed"] = changed
+            worse = self.worse_after_reboot(hosts[host], check[host])
             hosts[host] = check[host]
-            if check[host].get("error") or any(f["status"] in ("pending_reboot", "error") for f in check[host]["findings"].values()):
-                hosts[host]["error"] = hosts[host].get("error") or "did not come back healthy after the reboot"
+            if worse:
+                hosts[host]["error"] = hosts[host].get("error") or f"did not come back healthy after the reboot: {worse}"
+                self.err.print(f"[red]{host}: {hosts[host]['error']}[/]")
                 self._stop_rollout(hosts, needing[i + 1:])
                 break
         return hosts
+
+    @staticmethod
+    def worse_after_reboot(before: dict, after: dict) -> str:
+        """What makes a rebooted host unhealthy: an error, a fix still waiting for a boot, or a
+        control that passed (or waited for this boot) and now fails, like a GPU driver lost
+        with a new kernel."""
+        if after.get("error"):
+            return after["error"]
+        bad = []
+        for cid, f in after["findings"].items():
+            was = (before["findings"].get(cid) or {}).get("status")
+            if f["status"] in ("pending_reboot", "error"):
+                bad.append(f"{cid} {f['status']}")
+            elif f["status"] in ("drift", "manual") and was in ("pass", "pending_reboot", "na", "waived"):
+                bad.append(f"{cid} is {f['status']} ({f['message']})")
+        return "; ".join(bad)
 
     def _stop_rollout(self, hosts: dict, rest: list[str]) -> None:
         for other in rest:

@@ -28,8 +28,10 @@ def public(finding: dict, changed: bool = False) -> dict:
     return out
 
 
-def build(mode: str, started: str, hosts: dict[str, dict]) -> dict:
-    """*hosts*: name -> {reachable, facts, findings: {id: finding}, changed: [ids], error?}."""
+def build(mode: str, started: str, hosts: dict[str, dict], before: dict[str, dict] | None = None) -> dict:
+    """*hosts*: name -> {reachable, facts, findings: {id: finding}, changed: [ids], error?}.
+    *before*: the same from the audit a fix started with; each finding then also carries
+    ``before``, its status then."""
     report_hosts = {}
     summary = {"hosts": len(hosts), **{s: 0 for s in STATUSES}, "unreachable": 0}
     for name, h in hosts.items():
@@ -38,6 +40,10 @@ def build(mode: str, started: str, hosts: dict[str, dict]) -> dict:
             entry["error"] = h["error"]
         changed = set(h.get("changed") or [])
         findings = [public(f, f["control"] in changed) for f in (h.get("findings") or {}).values()]
+        if before is not None:
+            was = (before.get(name) or {}).get("findings") or {}
+            for f in findings:
+                f["before"] = (was.get(f["control"]) or {}).get("status")
         findings.sort(key=lambda f: [c.id for c in CATALOG].index(f["control"]) if f["control"] in BY_ID else 99)
         entry["findings"] = findings
         if not entry["reachable"]:
@@ -169,7 +175,9 @@ def render_terminal(report: dict, console) -> None:
                 row.append("")
             else:
                 mark = " ✎" if f["changed"] else ""
-                row.append(f"[{COLOURS[f['status']]}]{f['status']}[/]{mark}")
+                was = f.get("before")
+                prefix = f"[{COLOURS.get(was, 'dim')}]{was}[/] → " if was and was != f["status"] else ""
+                row.append(f"{prefix}[{COLOURS[f['status']]}]{f['status']}[/]{mark}")
         table.add_row(*row)
     console.print(table)
     for name, h in hosts.items():

@@ -118,3 +118,27 @@ def test_fix_refuses_without_yes_when_nobody_can_confirm(make_lab):
     run = gpuhost("fix", "-i", str(lab.inventory), "--controls", "numa.balancing")
     assert run.rc == 1 and run.stderr.strip().endswith("fix changes hosts: confirm with --yes (no terminal to ask at)")
     assert lab.disk("pve-gpu1") == disk
+
+
+def test_reboot_rollout_stops_at_the_first_host_that_comes_back_unhealthy(make_lab, tmp_path):
+    import yaml
+
+    from conftest import SEED_HOST
+
+    second = tmp_path / "pve-gpu2.yml"
+    data = yaml.safe_load(SEED_HOST.read_text())
+    data["hostname"] = "pve-gpu2"
+    second.write_text(yaml.safe_dump(data))
+    lab = make_lab(SEED_HOST, second)
+    # pve-gpu1's dkms registration is gone: the kernel fix installs no headers, and the
+    # new kernel boots without the NVIDIA driver
+    lab.ssh("pve-gpu1", "rm -r /var/lib/dkms/nvidia")
+    boot2 = lab.status("pve-gpu2")["boot_id"]
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed", "--controls", "kernel.version,nvidia.driver")
+    assert run.rc == 3, run.stdout + run.stderr
+    host1 = run.report["hosts"]["pve-gpu1"]
+    assert "did not come back healthy after the reboot" in host1["error"] and "nvidia.driver is manual" in host1["error"]
+    assert run.finding("pve-gpu1", "nvidia.driver")["before"] == "pass"
+    assert "roll-out stopped: pve-gpu2 was not rebooted" in run.stderr
+    assert lab.status("pve-gpu2")["boot_id"] == boot2
+    assert run.status("pve-gpu2") == {"kernel.version": "pending_reboot", "nvidia.driver": "pass"}

@@ -49,10 +49,15 @@ def preflight() -> None:
 # ---- addresses -------------------------------------------------------------------------
 @contextmanager
 def _claims_locked():
-    CLAIMS.mkdir(parents=True, exist_ok=True)
-    with open(CLAIMS / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Serialise address claims across labs. The lock is on the claims directory's parent,
+    which outlives it, so removing an empty claims directory cannot split the lock."""
+    fd = os.open(CLAIMS.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        CLAIMS.mkdir(parents=True, exist_ok=True)
         yield
+    finally:
+        os.close(fd)
 
 
 def _claim_owner_alive(claim: Path) -> bool:
@@ -107,9 +112,8 @@ def release_addresses(layout: LabLayout) -> None:
         tag = control_path(layout).removesuffix("%C").rsplit("/", 1)[1]
         for sock in CLAIMS.glob(f"{tag}*"):
             sock.unlink(missing_ok=True)
-        left = [p for p in CLAIMS.iterdir() if p.name != ".lock"]
-    if not left:
-        shutil.rmtree(CLAIMS, ignore_errors=True)
+        if not any(CLAIMS.iterdir()):
+            CLAIMS.rmdir()
 
 
 # ---- the supervisor ---------------------------------------------------------------------
