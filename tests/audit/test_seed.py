@@ -2,10 +2,8 @@
 fix (with reboots) ends with every control passing, and a second fix changes nothing."""
 from __future__ import annotations
 
-from pathlib import Path
 from xml.etree import ElementTree as ET
 
-import pytest
 
 from conftest import gpuhost
 from gpuhost.controls import CATALOG

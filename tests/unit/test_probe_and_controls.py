@@ -5,7 +5,6 @@ import importlib.util
 import os
 from pathlib import Path
 
-import pytest
 import yaml
 
 from conftest import ROOT, SEED_HOST, SPECS

@@ -236,7 +236,7 @@ def _resolve_unit(root: Path, link: Path) -> Path | None:
     for _ in range(8):
         if not link.is_symlink():
             return link if link.is_file() else None
-        target = Path(link.readlink() if hasattr(link, "readlink") else link)
+        target = link.readlink()
         link = root / str(target).lstrip("/") if target.is_absolute() else link.parent / target
     return None
 

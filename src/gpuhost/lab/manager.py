@@ -204,7 +204,7 @@ def _prepare(layout: LabLayout, specs, spec_paths: list[str], addrs: list[str]) 
     layout.ssh_dir.mkdir(mode=0o700)
     _keygen(layout.client_key, "gpuhost-lab")
     known = []
-    for spec, path, addr in zip(specs, spec_paths, addrs):
+    for spec, path, addr in zip(specs, spec_paths, addrs, strict=True):
         shutil.copyfile(path, layout.spec_copy(spec.hostname))
         layout.host_dir(spec.hostname).mkdir(parents=True)
         _keygen(layout.host_key(spec.hostname), spec.hostname)
@@ -214,14 +214,14 @@ def _prepare(layout: LabLayout, specs, spec_paths: list[str], addrs: list[str]) 
             build_repository(spec.kernel.repository, layout.repo(spec.hostname), kernel_config(spec))
     layout.known_hosts.write_text("".join(known))
     hosts = [{"name": s.hostname, "kind": s.kind, "addr": a,
-              "parent": s.parent if isinstance(s, GuestSpec) else None} for s, a in zip(specs, addrs)]
+              "parent": s.parent if isinstance(s, GuestSpec) else None} for s, a in zip(specs, addrs, strict=True)]
     layout.state_file.write_text(json.dumps({"version": 1, "hosts": hosts, "created": time.time()}, indent=2) + "\n")
 
 
 def _write_inventory(layout: LabLayout, specs, addrs: list[str]) -> None:
     hosts = {}
     groups: dict[str, dict] = {"proxmox": {}, "lxc_guests": {}, "gpu_hosts": {}}
-    for spec, addr in zip(specs, addrs):
+    for spec, addr in zip(specs, addrs, strict=True):
         hosts[spec.hostname] = {"ansible_host": addr, "gpuhost_lab_kind": spec.kind}
         if isinstance(spec, GuestSpec):
             hosts[spec.hostname]["gpuhost_lab_parent"] = spec.parent
@@ -247,7 +247,7 @@ def _write_inventory(layout: LabLayout, specs, addrs: list[str]) -> None:
     layout.ssh_config.write_text("".join(
         f"Host {s.hostname}\n  HostName {a}\n  User root\n  IdentityFile {layout.client_key}\n"
         f"  IdentitiesOnly yes\n  UserKnownHostsFile {layout.known_hosts}\n  StrictHostKeyChecking yes\n\n"
-        for s, a in zip(specs, addrs)))
+        for s, a in zip(specs, addrs, strict=True)))
 
 
 # ---- the other verbs -----------------------------------------------------------------------
