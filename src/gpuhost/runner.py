@@ -22,7 +22,7 @@ from .inventory import BAD_INPUT_MARK
 
 PROJECT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = PROJECT / "playbooks"
-CHECK_PLAY = "gpuhost | check the inventory"
+CHECK_TASK = "gpuhost | check the inventory"
 LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
 
@@ -54,15 +54,12 @@ class PlaybookRun:
         ident = uuid.uuid4().hex[:12]
         result = RunResult(status="failed", rc=-1)
         seen_hosts: list[str] = []
-        play = {"name": ""}
 
         def handler(event: dict) -> bool:
             data = event.get("event_data") or {}
             kind = event.get("event")
             host = data.get("host")
-            if kind == "playbook_on_play_start":
-                play["name"] = data.get("play") or data.get("name") or ""
-            if play["name"] == CHECK_PLAY:
+            if data.get("task") == CHECK_TASK:
                 if kind == "runner_on_failed":
                     msg = str((data.get("res") or {}).get("msg") or "")
                     result.bad_input = msg.split(BAD_INPUT_MARK, 1)[-1].strip().splitlines()[0] if msg else "bad inventory"

@@ -31,7 +31,7 @@ def test_intel_grub_full_cycle_with_inventory_variables_and_a_waiver(make_lab, t
         "gpuhost_kernel_min_version": "6.12",
         "gpuhost_waivers": [{"control": "pcie.link", "reason": "riser is x8 until the chassis swap", "expires": expires}]}})
     audit = gpuhost("audit", "-i", str(inv))
-    assert audit.rc == 2, audit.stderr
+    assert audit.rc == 2, audit.stderr + str(audit.report and audit.report["hosts"]["intel-grub"].get("error"))
     assert audit.status("intel-grub") == {
         "cpu.driver": "drift", "cpu.governor": "drift", "cpu.cstates": "drift", "numa.balancing": "drift",
         "pcie.mrrs": "drift", "pcie.link": "waived", "pcie.acs": "pass", "iommu.mode": "drift",

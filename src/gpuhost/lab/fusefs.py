@@ -127,6 +127,6 @@ def serve(fs: LabFS, mountpoint: str) -> None:
     makes a walk of a host's thousands of sysfs files cheap; a tree that changes shape
     (a reboot, an amd_pstate mode switch) is seen within that second.
     """
-    fuse.FUSE(fs, mountpoint, foreground=True, nothreads=False, direct_io=True,
+    fuse.FUSE(fs, mountpoint, foreground=True, nothreads=True, direct_io=True,
               attr_timeout=1.0, entry_timeout=1.0, negative_timeout=0, default_permissions=False,
               allow_other=False, fsname="gpuhost-lab", subtype="gpuhost-lab")

@@ -61,11 +61,13 @@ def _claims_locked():
 
 
 def _claim_owner_alive(claim: Path) -> bool:
+    """A claim holds while its lab's directory exists: from before `lab up` claims (the
+    directory is made first) until `lab down` has released it."""
     try:
         owner = LabLayout(claim.read_text().strip())
     except OSError:
         return False
-    return owner.state_file.exists()
+    return owner.dir.is_dir()
 
 
 def _port_free(addr: str) -> bool:
