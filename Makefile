@@ -43,6 +43,7 @@ lab-demo: install
 bench: system-deps install
 	$(BIN)/python benchmarks/lab_bringup.py
 	$(BIN)/python benchmarks/audit_vs_setup.py
+	$(BIN)/python benchmarks/fleet_audit.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
