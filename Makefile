@@ -5,10 +5,10 @@ SHELL := /bin/bash
 VENV ?= .venv
 PYTHON ?= /usr/bin/python3
 BIN := $(VENV)/bin
-SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv dpkg-dev
+SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv
 PYTEST_ARGS ?=
 
-.PHONY: audit test install system-deps lab-demo bench lint clean
+.PHONY: audit test install system-deps lab-demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -640,7 +640,7 @@ def evaluate(facts: dict, settings: dict) -> dict[str, dict]:
             finding = na(cid, "left out by gpuhost_controls_skip")
         elif h.container and cid in HOST_LEVEL:
             parent = settings.get("container_host")
-            finding = na(cid, f"host-level control: this is an {h.container} container; audit its host"
+            finding = na(cid, f"host-level control: this runs inside a {h.container} container; audit its host"
                               + (f" {parent}" if parent else ""))
         else:
             try:
