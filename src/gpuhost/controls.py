@@ -76,9 +76,12 @@ CATALOG: tuple[Control, ...] = (
 BY_ID = {c.id: c for c in CATALOG}
 HOST_LEVEL = {c.id for c in CATALOG} - {"nvidia.driver"}
 
-# compute capability -> minimum driver (CUDA release notes; 12.0 is the contract's figure)
+# compute capability -> minimum Linux driver: that of the first CUDA release supporting the
+# architecture (CUDA release notes, "Toolkit Driver Version"): 7.0 Volta CUDA 9.0, 7.5 Turing
+# 10.0, 8.0 A100 11.0 GA, 8.6 11.1 GA, 8.9 Ada and 9.0 Hopper 11.8, 10.0 Blackwell 12.8 GA;
+# 12.0 (RTX PRO 6000 Blackwell) is the contract's figure, CUDA 12.8 Update 1.
 MIN_DRIVER = {"12.0": "570.124.06", "10.0": "570.26", "9.0": "520.61.05", "8.9": "520.61.05",
-              "8.6": "455.23.05", "8.0": "450.80.02", "7.5": "418.39", "7.0": "396.26"}
+              "8.6": "455.23", "8.0": "450.51.05", "7.5": "410.48", "7.0": "384.81"}
 LOADER_OWN = ("BOOT_IMAGE", "root", "ro", "rw", "initrd", "rootflags", "boot")
 ACS_REDIRECT = {0x04: "ReqRedir", 0x08: "CmpltRedir", 0x20: "EgressCtrl"}
 
