@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .shims import shimlib
+from .shims.shimlib import version_key
 from .spec import HostSpec
 
 LAB_STATE = "var/lib/gpuhost-lab"               # the lab's own files on a host's disk
@@ -26,11 +28,6 @@ SERVER_PM_PROFILES = (4, 5, 7)
 ACPI_GOVERNORS = ["conservative", "ondemand", "userspace", "powersave", "performance", "schedutil"]
 EPP_GOVERNORS = ["performance", "powersave"]
 EPP_CHOICES = ["default", "performance", "balance_performance", "balance_power", "power"]
-
-
-def version_key(release: str) -> tuple:
-    """Sort key for kernel releases: 6.14.11-4-pve > 6.8.12-4-pve."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\-+~_]", release))
 
 
 def release_at_least(release: str, minimum: str) -> bool:
@@ -71,9 +68,7 @@ class BootState:
 
 
 def installed_kernels(root: Path) -> list[str]:
-    boot = root / "boot"
-    rels = [p.name.removeprefix("vmlinuz-") for p in boot.glob("vmlinuz-*")] if boot.is_dir() else []
-    return sorted(rels, key=version_key)
+    return shimlib.installed_kernels(str(root))
 
 
 def _read(root: Path, rel: str) -> str | None:

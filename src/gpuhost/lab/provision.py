@@ -12,6 +12,7 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
+from .shims import shimlib  # the same code the hosts' update-grub and proxmox-boot-tool run
 from .spec import AnySpec, GuestSpec, HostSpec
 
 SHIM_DIR = "usr/lib/gpuhost-lab"
@@ -176,11 +177,6 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
 
 
 def _provision_host(root: Path, spec: HostSpec) -> None:
-    import sys
-
-    sys.path.insert(0, str(shim_source()))
-    import shimlib  # the same code the host's update-grub and proxmox-boot-tool run
-
     for rel in spec.kernel.installed:
         _write(root, f"boot/vmlinuz-{rel}", b"gpuhost-lab kernel image " + rel.encode() + b"\n")
         _write(root, f"boot/config-{rel}", kernel_config(spec))
