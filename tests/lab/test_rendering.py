@@ -96,6 +96,9 @@ def test_proxmox_tools(seed_lab):
     conf = seed_lab.out(h, "pct config 129").splitlines()
     assert "hostname: llm-two" in conf and "lxc.cgroup2.devices.allow: c 509:* rwm" in conf
     assert seed_lab.out(h, "cat /etc/pve/lxc/130.conf").startswith("arch: amd64\ncores: 8")
+    seed_lab.ssh(h, "pct set 130 --cores 4 --cpulimit 2")
+    conf130 = seed_lab.out(h, "cat /etc/pve/lxc/130.conf").splitlines()
+    assert "cores: 4" in conf130 and "cpulimit: 2" in conf130 and "cores: 8" not in conf130
     missing = seed_lab.ssh(h, "pct config 999", check=False)
     assert missing.returncode == 2 and "Configuration file 'nodes/pve-gpu1/lxc/999.conf' does not exist" in missing.stderr
     status = seed_lab.out(h, "proxmox-boot-tool status")
