@@ -41,7 +41,34 @@ def test_up_prints_the_inventory_and_down_leaves_nothing(tmp_path):
     lab_dir = tmp_path / "lab"
     res = gpuhost("lab", "up", str(SEED_HOST), str(SEED_GUEST), "--dir", str(lab_dir))
     assert res.returncode == 0, res.stderr
-    inventory = Path(res.stdout.strip().splitlines()[-1])
+    try:
+        _check_running_lab(lab_dir, Path(res.stdout.strip().splitlines()[-1]))
+    except BaseException:
+        manager.down(lab_dir)
+        raise
+    addrs = [h["addr"] for h in manager.status(lab_dir)["hosts"].values()]
+    res = gpuhost("lab", "down", "--dir", str(lab_dir))
+    assert res.returncode == 0, res.stderr
+    assert not lab_dir.exists()
+    assert _processes_mentioning(str(lab_dir)) == []
+    mounts = Path("/proc/mounts").read_text()
+    assert str(lab_dir) not in mounts and "gpuhost-lab" not in mounts
+    assert not any(_listening(a) for a in addrs)
+    assert not (manager.CLAIMS.exists() and any(p.read_text().strip() == str(lab_dir) for p in manager.CLAIMS.glob("127.*")))
+
+
+def test_down_clears_a_lab_whose_directory_lost_its_files(tmp_path):
+    lab_dir = tmp_path / "lab"
+    manager.up([str(SEED_HOST)], lab_dir)
+    addr = manager.status(lab_dir)["hosts"]["pve-gpu1"]["addr"]
+    (lab_dir / "lab.json").unlink()          # as a temp-dir cleaner would
+    res = gpuhost("lab", "down", "--dir", str(lab_dir))
+    assert res.returncode == 0, res.stderr
+    assert _processes_mentioning(f"{lab_dir}/hosts") == [] and not _listening(addr)
+    assert not lab_dir.exists()
+
+
+def _check_running_lab(lab_dir: Path, inventory: Path) -> None:
     assert inventory.is_file()
     inv = yaml.safe_load(inventory.read_text())
     hosts = inv["all"]["hosts"]
@@ -61,15 +88,6 @@ def test_up_prints_the_inventory_and_down_leaves_nothing(tmp_path):
     assert ping.stdout.count("SUCCESS") == 2
     status = json.loads(gpuhost("lab", "status", "--dir", str(lab_dir), "--json").stdout)
     assert {n: h["state"] for n, h in status["hosts"].items()} == {"pve-gpu1": "up", "llm-two": "up"}
-
-    res = gpuhost("lab", "down", "--dir", str(lab_dir))
-    assert res.returncode == 0, res.stderr
-    assert not lab_dir.exists()
-    assert _processes_mentioning(str(lab_dir)) == []
-    mounts = Path("/proc/mounts").read_text()
-    assert str(lab_dir) not in mounts and "gpuhost-lab" not in mounts
-    assert not any(_listening(a) for a in addrs)
-    assert not (manager.CLAIMS.exists() and any(p.read_text().strip() == str(lab_dir) for p in manager.CLAIMS.glob("127.*")))
 
 
 def test_up_twice_on_the_same_dir_is_a_clear_error(make_lab):

@@ -288,8 +288,17 @@ def snapshot(host: str, directory: str | Path | None = None) -> dict[str, bytes 
 
 
 def down(directory: str | Path | None = None) -> None:
-    layout = _existing(directory)
+    layout = LabLayout(directory or default_dir())
+    if not layout.state_file.exists() and not _leftovers(layout) and not _claimed_by(layout):
+        raise LabError(f"no lab in {layout.dir}")
+    # also a lab whose directory lost its files (removed under it): what still runs goes
     _teardown(layout)
+
+
+def _claimed_by(layout: LabLayout) -> list[Path]:
+    if not CLAIMS.is_dir():
+        return []
+    return [c for c in CLAIMS.glob(f"{NETWORK}.*") if c.read_text().strip() == str(layout.dir)]
 
 
 def _alive(pid: int) -> bool:
@@ -331,16 +340,30 @@ def control_path(layout: LabLayout) -> str:
     return f"{CLAIMS}/cm-{tag}-%C"
 
 
-def _kill_leftovers(layout: LabLayout) -> None:
-    """SSH control masters (and anything else) still holding the lab's files: the lab's hosts
-    are gone, so they would only linger until they notice."""
-    markers = (str(layout.dir).encode(), control_path(layout).removesuffix("%C").encode())
+def _leftovers(layout: LabLayout) -> list[int]:
+    """Processes of this lab by their command line: a supervisor, hosts' PID 1 (whose
+    arguments name the lab's directory), SSH control masters."""
+    lab = str(layout.dir).encode()
+    mux = control_path(layout).removesuffix("%C").encode()
+    pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            cmdline = (proc / "cmdline").read_bytes()
-            if any(m in cmdline for m in markers):
-                os.kill(int(proc.name), signal.SIGTERM)
-        except (OSError, ValueError):
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ours = (lab in cmd and (b"gpuhost.lab.supervisor" in cmd or b"init-outer" in cmd)) or mux in cmd
+        if ours:            # never a user's editor or shell that merely names a file of the lab
+            pids.append(int(proc.name))
+    return pids
+
+
+def _kill_leftovers(layout: LabLayout) -> None:
+    """Whatever of the lab still runs after its supervisor: a host's namespace goes with its
+    PID 1; control masters would only linger until they notice their host is gone."""
+    for pid in _leftovers(layout):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
             pass
