@@ -39,6 +39,23 @@ def timed(argv: list[str], env: dict, expect: tuple[int, ...]) -> float:
     return elapsed
 
 
+def audit_and_setup(inventory: Path, tmp: Path, env: dict, runs: int, limit: list[str],
+                    audit_ok: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """Warm both, then time `gpuhost audit` and a one-`setup` play alternately, *runs* times each."""
+    bindir = Path(sys.executable).parent
+    play = tmp / "setup.yml"
+    play.write_text(SETUP_PLAY)
+    audit = [str(bindir / "gpuhost"), "audit", "-i", str(inventory), *limit, "--json", str(tmp / "r.json")]
+    setup = [str(bindir / "ansible-playbook"), "-i", str(inventory), *limit, str(play)]
+    timed(setup, env, (0,))                      # warm: SSH masters, caches
+    timed(audit, env, audit_ok)
+    a, s = [], []
+    for _ in range(runs):
+        a.append(timed(audit, env, audit_ok))
+        s.append(timed(setup, env, (0,)))
+    return a, s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -49,16 +66,7 @@ def main() -> None:
         tmp = Path(tmp)
         inventory = manager.up([str(SEED)], tmp / "lab")
         try:
-            play = tmp / "setup.yml"
-            play.write_text(SETUP_PLAY)
-            audit = [str(bindir / "gpuhost"), "audit", "-i", str(inventory), "--limit", "pve-gpu1", "--json", str(tmp / "r.json")]
-            setup = [str(bindir / "ansible-playbook"), "-i", str(inventory), "--limit", "pve-gpu1", str(play)]
-            timed(setup, env, (0,))                      # warm: SSH master, caches
-            timed(audit, env, (0, 2))
-            a, s = [], []
-            for _ in range(args.runs):
-                a.append(timed(audit, env, (0, 2)))
-                s.append(timed(setup, env, (0,)))
+            a, s = audit_and_setup(inventory, tmp, env, args.runs, ["--limit", "pve-gpu1"], (0, 2))
         finally:
             manager.down(tmp / "lab")
     ma, ms = statistics.median(a), statistics.median(s)

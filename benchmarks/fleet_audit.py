@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from audit_vs_setup import ROOT, SEED, SETUP_PLAY, timed
+from audit_vs_setup import ROOT, SEED, audit_and_setup
 from gpuhost.lab import manager
 
 
@@ -37,14 +37,7 @@ def main() -> None:
             specs.append(str(tmp / f"h{i}.yml"))
         inventory = manager.up(specs, tmp / "lab")
         try:
-            (tmp / "setup.yml").write_text(SETUP_PLAY)
-            audit = [str(bindir / "gpuhost"), "audit", "-i", str(inventory), "--json", str(tmp / "r.json")]
-            setup = [str(bindir / "ansible-playbook"), "-i", str(inventory), str(tmp / "setup.yml")]
-            timed(setup, env, (0,))
-            a, s = [], []
-            for _ in range(args.runs):
-                a.append(timed(audit, env, (2,)))
-                s.append(timed(setup, env, (0,)))
+            a, s = audit_and_setup(inventory, tmp, env, args.runs, [], (2,))
         finally:
             manager.down(tmp / "lab")
     ma, ms = statistics.median(a), statistics.median(s)

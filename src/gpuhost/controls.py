@@ -237,9 +237,9 @@ def cpu_driver(h: Host) -> Finding:
     return na(cid, f"no control for CPU vendor {cpu['vendor']}")
 
 
-GOVERNOR_UNIT = unit("gpuhost-cpu-governor.service", "cpu.governor: performance on every cpufreq policy", [
-    "/bin/sh -c 'for p in /sys/devices/system/cpu/cpufreq/policy*; do echo performance > $p/scaling_governor; "
-    "if [ -e $p/energy_performance_preference ]; then echo performance > $p/energy_performance_preference; fi; done'"])
+GOVERNOR_COMMAND = ("/bin/sh -c 'for p in /sys/devices/system/cpu/cpufreq/policy*; do echo performance > $p/scaling_governor; "
+                    "if [ -e $p/energy_performance_preference ]; then echo performance > $p/energy_performance_preference; fi; done'")
+GOVERNOR_UNIT = unit("gpuhost-cpu-governor.service", "cpu.governor: performance on every cpufreq policy", [GOVERNOR_COMMAND])
 
 
 def cpu_governor(h: Host) -> Finding:
@@ -260,16 +260,20 @@ def cpu_governor(h: Host) -> Finding:
                     or (kernel_default == "performance" and offered))
     if not bad and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"all {len(cf['policies'])} policies run performance")
-    fix = {"unit": GOVERNOR_UNIT, "commands": [GOVERNOR_UNIT["content"].split("ExecStart=")[1].splitlines()[0]] if bad else []}
+    fix = {"unit": GOVERNOR_UNIT, "commands": [GOVERNOR_COMMAND] if bad else []}
     msg = (f"{len(bad)} of {len(cf['policies'])} policies do not run performance" if bad
            else "performance now, but nothing sets it at boot")
     return Finding(cid, "drift", observed, expected, msg, fix=fix)
 
 
+def cstate_command(max_latency: int) -> str:
+    return ("/bin/sh -c 'for s in /sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*; do "
+            f"if [ \"$(cat $s/latency)\" -gt {max_latency} ]; then echo 1 > $s/disable; fi; done'")
+
+
 def cstate_unit(max_latency: int) -> dict:
-    return unit("gpuhost-cpu-cstates.service", f"cpu.cstates: disable idle states above {max_latency} us", [
-        "/bin/sh -c 'for s in /sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*; do "
-        f"if [ \"$(cat $s/latency)\" -gt {max_latency} ]; then echo 1 > $s/disable; fi; done'"])
+    return unit("gpuhost-cpu-cstates.service", f"cpu.cstates: disable idle states above {max_latency} us",
+                [cstate_command(max_latency)])
 
 
 def cpu_cstates(h: Host) -> Finding:
@@ -293,7 +297,7 @@ def cpu_cstates(h: Host) -> Finding:
     persisted_ok = not deep or unit_ok(h.f, u) or capped
     if not live_bad and persisted_ok:
         return Finding(cid, "pass", observed, expected, "no deep idle state is enabled")
-    fix = {"unit": u, "commands": [u["content"].split("ExecStart=")[1].splitlines()[0]] if live_bad else []}
+    fix = {"unit": u, "commands": [cstate_command(limit)] if live_bad else []}
     msg = (", ".join(f"{s['name']} ({s['latency_us']} us) enabled on {s['cpus'] - s['disabled']} CPUs" for s in live_bad)
            if live_bad else "deep states are disabled now, but nothing disables them at boot")
     return Finding(cid, "drift", observed, expected, msg, fix=fix)

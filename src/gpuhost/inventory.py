@@ -125,11 +125,3 @@ def load_and_check(path: str, limit: str | None = None) -> list[Target]:
     for t in targets:
         check_vars(t.name, t.vars)
     return targets
-
-
-def normalise_waivers(hv: dict) -> list[dict]:
-    out = []
-    for w in hv.get("gpuhost_waivers") or []:
-        exp = w["expires"].isoformat() if isinstance(w["expires"], _dt.date) else w["expires"]
-        out.append({"control": w["control"], "reason": w["reason"], "expires": exp})
-    return out

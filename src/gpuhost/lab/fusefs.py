@@ -66,8 +66,8 @@ class LabFS(fuse.Operations):
     def open(self, path, flags):
         tree, node = self._node(path)
         writing = flags & (0o1 | 0o2)
-        if writing and (tree.readonly or (isinstance(node, Attr) and node.put is None)):
-            raise fuse.FuseOSError(errno.EROFS if tree.readonly else errno.EACCES)
+        if writing and isinstance(node, Attr) and node.put is None:
+            raise fuse.FuseOSError(errno.EACCES)
         return 0
 
     def read(self, path, size, offset, fh):
@@ -80,8 +80,6 @@ class LabFS(fuse.Operations):
 
     def write(self, path, data, offset, fh):
         tree, node = self._node(path)
-        if tree.readonly:
-            raise fuse.FuseOSError(errno.EROFS)
         with tree.lock:
             try:
                 if isinstance(node, Blob):

@@ -17,11 +17,11 @@ from .shims import shimlib
 from .shims.shimlib import version_key
 from .spec import HostSpec
 
-LAB_STATE = "var/lib/gpuhost-lab"               # the lab's own files on a host's disk
-ESP_ENTRIES = f"{LAB_STATE}/esp/loader/entries"  # what proxmox-boot-tool refresh writes
-GRUB_CFG = "boot/grub/grub.cfg"                  # what update-grub writes
-PIN_FILE = "etc/kernel/proxmox-boot-pin"
-NEXT_BOOT_PIN_FILE = "etc/kernel/next-boot-pin"
+# what the hosts' proxmox-boot-tool and update-grub write, relative to a host's root
+ESP_ENTRIES = shimlib.ESP_ENTRIES.lstrip("/")
+GRUB_CFG = shimlib.GRUB_CFG.lstrip("/")
+PIN_FILE = shimlib.PIN.lstrip("/")
+NEXT_BOOT_PIN_FILE = shimlib.NEXT_PIN.lstrip("/")
 UNIT_WANTS = "etc/systemd/system/multi-user.target.wants"
 
 SERVER_PM_PROFILES = (4, 5, 7)

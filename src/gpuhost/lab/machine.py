@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,7 +17,6 @@ from .spec import GuestSpec, HostSpec, PciDevice
 from .tree import Blob, Tree, einval, text
 
 CPU = "sys/devices/system/cpu"
-BOOT_TIME = time.time()
 
 
 def cpulist(cpus: list[int]) -> str:

@@ -62,7 +62,6 @@ class Tree:
         self.nodes: dict[str, Node] = {}
         self.dirs: dict[str, set[str]] = {"": set()}
         self.lock = threading.RLock()
-        self.readonly = False
 
     def _mkdirs(self, path: str) -> None:
         parts = path.split("/")
