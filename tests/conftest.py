@@ -1,7 +1,9 @@
 """Shared fixtures: labs of simulated hosts, reached over real SSH."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -127,6 +129,19 @@ class GpuhostRun:
         return next(f for f in self.report["hosts"][host]["findings"] if f["control"] == control)
 
 
+@contextlib.contextmanager
+def ci_stdin():
+    """A non-blocking pipe for stdin, as some CI runners hand their jobs: every ansible CLI
+    refuses to start on one, so gpuhost must never pass its own stdin on to them."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    try:
+        yield read_end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 def gpuhost(*args: str, cwd: Path | None = None, timeout: float = 600) -> GpuhostRun:
     """Run the real command line; return its exit code and its JSON report."""
     import sys
@@ -137,7 +152,8 @@ def gpuhost(*args: str, cwd: Path | None = None, timeout: float = 600) -> Gpuhos
         argv = [sys.executable, "-m", "gpuhost.cli", *args]
         if args and args[0] in ("audit", "fix") and "--json" not in args:
             argv += ["--json", str(report_path)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp)
+        with ci_stdin() as stdin:
+            proc = subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp)
         path = Path(args[args.index("--json") + 1]) if "--json" in args else report_path
         report = json.loads(path.read_text()) if path.exists() else None
     return GpuhostRun(proc, report)

@@ -258,6 +258,8 @@ def run_verify(inventory: str | None, limit: str | None) -> int:
         args.append(f"--ansible-inventory={Path(inventory).resolve()}")
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}")
-    rc = subprocess.run(args, env=env, cwd=PROJECT).returncode
+    # stdin is never read; a CI runner's non-blocking stdin would make every ansible CLI
+    # that testinfra starts refuse to run ("Ansible requires blocking IO").
+    rc = subprocess.run(args, env=env, cwd=PROJECT, stdin=subprocess.DEVNULL).returncode
     return {0: 0, 1: 2}.get(rc, 1 if rc in (4, 5) else 3)
 

@@ -13,7 +13,7 @@ def test_molecule_default_scenario_passes():
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1",
                NO_COLOR="1", PY_COLORS="0")
     res = subprocess.run([str(Path(sys.executable).parent / "molecule"), "test"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     for step in ("check", "converge", "idempotence", "verify"):

@@ -4,11 +4,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import SEED_GUEST, SEED_HOST, gpuhost
+from conftest import SEED_GUEST, SEED_HOST, ci_stdin, gpuhost
 
 
 def verify(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuhost.cli", "verify", *args], capture_output=True, text=True, timeout=600)
+    with ci_stdin() as stdin:
+        return subprocess.run([sys.executable, "-m", "gpuhost.cli", "verify", *args], stdin=stdin,
+                              capture_output=True, text=True, timeout=600)
 
 
 def test_verify_fails_the_seed_and_passes_it_after_the_fix(make_lab):

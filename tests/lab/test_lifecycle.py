@@ -83,7 +83,7 @@ def _check_running_lab(lab_dir: Path, inventory: Path) -> None:
     assert sorted(line.split()[0] for line in known) == sorted(addrs)
     # real Ansible reaches both hosts with host key checking on
     ping = subprocess.run(["ansible", "all", "-i", str(inventory), "-m", "ansible.builtin.ping", "-o"],
-                          capture_output=True, text=True, timeout=120, env={"ANSIBLE_HOST_KEY_CHECKING": "True", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env={"ANSIBLE_HOST_KEY_CHECKING": "True", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
     assert ping.returncode == 0, ping.stdout + ping.stderr
     assert ping.stdout.count("SUCCESS") == 2
     status = json.loads(gpuhost("lab", "status", "--dir", str(lab_dir), "--json").stdout)
