@@ -8,11 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from gpuhost.controls import evaluate
-from gpuhost.inventory import BAD_INPUT_MARK, InventoryError, check_vars
-
-CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host",
-                "gpuhost_cstate_max_latency_us", "gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices",
-                "gpuhost_waivers", "gpuhost_lxc_restart")
+from gpuhost.inventory import BAD_INPUT_MARK, CHECKED_VARS, InventoryError, check_vars
 
 
 def _plain(value):

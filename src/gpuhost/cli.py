@@ -109,12 +109,17 @@ def run_app(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .app import BadInput
-    from .lab.manager import LabError
 
     try:
         args = build_parser().parse_args(argv)
         if args.command == "lab":
-            return run_lab(args)
+            # the lab's modules (pydantic specs, FUSE) load only for `gpuhost lab`: an audit starts faster
+            from .lab.manager import LabError
+
+            try:
+                return run_lab(args)
+            except LabError as exc:
+                raise UsageError(str(exc)) from None
         if args.command in ("audit", "fix"):
             return run_app(args)
         if args.command == "verify":
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_verify(args.inventory, args.limit)
         raise UsageError(f"gpuhost: unknown command {args.command}")
-    except (UsageError, LabError, BadInput) as exc:
+    except (UsageError, BadInput) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

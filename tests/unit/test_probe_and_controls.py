@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import os
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import ROOT, SEED_HOST, SPECS
@@ -141,3 +143,27 @@ def test_the_catalog_and_the_roles_agree():
 def test_the_controls_document_is_generated_from_the_catalog():
     assert (ROOT / "docs/controls.md").read_text() == controls.markdown(), \
         "docs/controls.md is stale: regenerate with python -m gpuhost.controls > docs/controls.md"
+
+
+def test_the_inventory_check_covers_every_variable_the_role_declares():
+    """site.yml turns the role's own argument validation off because its inventory check
+    covers the same variables; this keeps the two lists the same."""
+    from gpuhost.inventory import CHECKED_VARS
+
+    specs = yaml.safe_load((ROOT / "roles/gpuhost_common/meta/argument_specs.yml").read_text())
+    declared = set(specs["argument_specs"]["main"]["options"])
+    assert declared == set(CHECKED_VARS)
+
+
+@pytest.mark.parametrize("var, value, message", [
+    ("gpuhost_controls", ["cpu.driver", "cpu.turbo"], "gpuhost_controls: unknown control 'cpu.turbo'"),
+    ("gpuhost_controls", "cpu.driver", "gpuhost_controls: must be a list of strings"),
+    ("gpuhost_cstate_max_latency_us", "10", "gpuhost_cstate_max_latency_us: must be a whole number"),
+    ("gpuhost_lxc_restart", "yes", "gpuhost_lxc_restart: must be true or false"),
+    ("gpuhost_kernel_min_version", 6.14, "gpuhost_kernel_min_version: must be a string"),
+])
+def test_the_inventory_check_names_the_bad_variable(var, value, message):
+    from gpuhost.inventory import InventoryError, check_vars
+
+    with pytest.raises(InventoryError, match=re.escape(f"host h1: {message}")):
+        check_vars("h1", {var: value})
