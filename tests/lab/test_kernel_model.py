@@ -60,7 +60,10 @@ def test_new_kernel_without_headers_loses_the_nvidia_driver(make_lab):
     lab = make_lab(SEED_HOST)
     lab.ssh("pve-gpu1", "apt-get install -y proxmox-kernel-6.14")
     lab.reboot_inside("pve-gpu1")
-    assert lab.out("pve-gpu1", "uname -r; cat /proc/sys/kernel/osrelease").splitlines() == ["6.14.11-4-pve"] * 2
+    # the command, the file and Python (Ansible's setup module, platform.release()) agree
+    python_release = "/usr/bin/python3 -c 'import platform; print(platform.release())'"
+    assert lab.out("pve-gpu1", f"uname -r; cat /proc/sys/kernel/osrelease; {python_release}").splitlines() == \
+        ["6.14.11-4-pve"] * 3
     res = lab.ssh("pve-gpu1", "nvidia-smi", check=False)
     assert res.returncode == 9
     assert "couldn't communicate with the NVIDIA driver" in res.stdout

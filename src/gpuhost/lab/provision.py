@@ -37,6 +37,9 @@ fi
 """
 
 
+PY_SITE = "usr/lib/python3/dist-packages"
+
+
 def shim_source() -> Path:
     return Path(str(resources.files("gpuhost.lab") / "shims"))
 
@@ -101,6 +104,11 @@ def install_shims(root: Path, spec: AnySpec) -> None:
         tools["usr/bin/pveversion"] = "pveversion"
     for dest, name in tools.items():
         _sync(src / name, root / dest, 0o755)
+    # Python's view of the kernel release (the system Python's site-packages runs .pth lines)
+    _sync(src / "gpuhost_lab_uname.py", root / PY_SITE / "gpuhost_lab_uname.py", 0o644)
+    pth = root / PY_SITE / "gpuhost_lab_uname.pth"
+    if not pth.is_file() or pth.read_text() != "import gpuhost_lab_uname\n":
+        _write(root, f"{PY_SITE}/gpuhost_lab_uname.pth", "import gpuhost_lab_uname\n")
 
 
 def _sync(src: Path, dest: Path, mode: int) -> None:
