@@ -1,0 +1,54 @@
+"""Every control with a fix, alone (`--controls ID`) on a lab host where it is the bad state:
+the audit finds it, the fix changes that control and no other, the audit passes, a second
+fix changes nothing (not a byte of the host's disk), and after a reboot it still passes.
+
+The seed host starts with nine of them in drift; the Intel/GRUB host brings cpu.governor
+and the switch host pcie.acs.
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import SEED_HOST, SPECS, gpuhost
+
+SEED_DRIFT = ("cpu.driver", "cpu.cstates", "numa.balancing", "pcie.mrrs", "iommu.mode", "kernel.version",
+              "nvidia.persistence", "lxc.gpu_passthrough", "storage.scheduler")
+CASES = [(SEED_HOST, "pve-gpu1", c) for c in SEED_DRIFT] + [
+    (SPECS / "intel-grub.yml", "intel-grub", "cpu.governor"),
+    (SPECS / "switch-host.yml", "switch-host", "pcie.acs"),
+]
+# What a fix changes besides its own control, knowingly: booting a kernel >= 6.13 on a
+# Zen 5 CPU loads amd_pstate by default (the kernel model's rule, and the real kernel's).
+ALSO_CHANGES = {"kernel.version": {"cpu.driver"}}
+
+
+@pytest.mark.parametrize("spec, host, control", CASES, ids=[c for _, _, c in CASES])
+def test_one_control_found_fixed_idempotent_and_kept_across_a_reboot(make_lab, spec, host, control):
+    lab = make_lab(spec)
+    inv = str(lab.inventory)
+    whole_before = gpuhost("audit", "-i", inv).status(host)
+
+    found = gpuhost("audit", "-i", inv, "--controls", control)
+    assert found.rc == 2, found.stderr
+    assert found.status(host) == {control: "drift"}
+
+    fix = gpuhost("fix", "-i", inv, "--controls", control, "--yes", "--reboot", "if-needed")
+    assert fix.rc == 0, fix.stdout + fix.stderr
+    assert fix.changed(host) == {control}
+    assert fix.status(host) == {control: "pass"}
+
+    disk = lab.disk(host)
+    again = gpuhost("fix", "-i", inv, "--controls", control, "--yes", "--reboot", "if-needed")
+    assert again.rc == 0 and again.changed(host) == set(), again.stderr
+    assert "nothing to fix" in again.stderr
+    assert lab.disk(host) == disk, "a second fix wrote to the host"
+
+    lab.reboot(host)
+    final = gpuhost("audit", "-i", inv, "--controls", control)
+    assert final.rc == 0 and final.status(host) == {control: "pass"}, final.stderr
+
+    # the other controls are where they were: fixing one control fixes (or breaks) no other
+    whole_after = gpuhost("audit", "-i", inv).status(host)
+    moved = {c for c in whole_before if c != control and whole_after[c] != whole_before[c]}
+    assert moved <= ALSO_CHANGES.get(control, set()), {c: (whole_before[c], whole_after[c]) for c in moved}
+    assert all(whole_after[c] == "pass" for c in moved)
