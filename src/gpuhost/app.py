@@ -44,7 +44,14 @@ def parse_controls(text: str | None) -> list[str]:
 
 
 class Progress:
-    """Live per-host progress from runner events; cheap in the event handler."""
+    """Per-host progress from runner events, cheap in the event handler.
+
+    On a terminal: a live table of each host's current task. Elsewhere (a CI log): one
+    line per host when it is done, and one for each change, failure or unreachable host,
+    so a long fleet run shows it is moving without flooding the log.
+    """
+
+    REPORT_TASK = "gpuhost | report"
 
     def __init__(self, console: Console, title: str):
         self.console = console
@@ -71,24 +78,35 @@ class Progress:
 
     def event(self, ev: dict) -> None:
         data = ev.get("event_data") or {}
-        host, kind = data.get("host"), ev.get("event")
+        host, kind, task = data.get("host"), ev.get("event"), data.get("task", "")
         if not host:
             return
+        line = None
         if kind == "runner_on_start":
-            self.hosts[host] = data.get("task", "")
+            self.hosts[host] = task
         elif kind == "runner_on_unreachable":
             self.hosts[host] = "[red]unreachable[/]"
-        elif kind == "runner_on_failed":
-            self.hosts[host] = f"[red]failed: {data.get('task', '')}[/]"
+            line = self.hosts[host]
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            self.hosts[host] = f"[red]failed: {task}[/]"
+            line = self.hosts[host]
+        elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+            line = f"changed: {task}"
+        elif kind == "runner_on_ok" and task == self.REPORT_TASK:
+            self.hosts[host] = "done"
+            line = "done"
         if self.live:
             self.live.update(self._render())
+        elif line:
+            self.console.print(f"[dim]{self.title}:[/] {host}: {line}", highlight=False)
 
 
 class App:
     def __init__(self, opts: Options, console: Console | None = None, err: Console | None = None):
         self.o = opts
         self.console = console or Console()
-        self.err = err or Console(stderr=True)
+        # line-oriented messages (the plan, progress in a log): never wrapped mid-sentence
+        self.err = err or Console(stderr=True, soft_wrap=True)
         self.started = rep.now()
 
     # ---- input -----------------------------------------------------------------------------

@@ -192,6 +192,9 @@ def test_skipped_controls_and_unreachable_hosts(seed_lab, tmp_path):
     assert run.report["hosts"]["llm-two"]["reachable"] is False
     assert run.report["summary"]["unreachable"] == 1
     assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == len(ALL)
+    # progress in a log (no terminal): a line per host as it ends
+    assert "gpuhost audit: pve-gpu1: done" in run.stderr
+    assert "gpuhost audit: llm-two: unreachable" in run.stderr
 
 
 def test_local_machine_audit_without_inventory(tmp_path):
