@@ -13,7 +13,7 @@ from rich.table import Table
 from . import report as rep
 from .controls import BY_ID
 from .inventory import InventoryError, load_and_check
-from .runner import LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
+from .runner import CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
 
 
 class BadInput(ValueError):
@@ -79,7 +79,7 @@ class Progress:
     def event(self, ev: dict) -> None:
         data = ev.get("event_data") or {}
         host, kind, task = data.get("host"), ev.get("event"), data.get("task", "")
-        if not host:
+        if not host or task == CHECK_TASK:      # bad input is said once, in its own one line
             return
         line = None
         if kind == "runner_on_start":
