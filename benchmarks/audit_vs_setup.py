@@ -56,19 +56,24 @@ def audit_and_setup(inventory: Path, tmp: Path, env: dict, runs: int, limit: lis
     return a, s
 
 
+def lab_audit_and_setup(specs: list[str], tmp: Path, runs: int, limit: list[str],
+                        audit_ok: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """Bring up a lab of *specs* under *tmp*, time both commands in it, take it down."""
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
+    inventory = manager.up(specs, tmp / "lab")
+    try:
+        return audit_and_setup(inventory, tmp, env, runs, limit, audit_ok)
+    finally:
+        manager.down(tmp / "lab")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    bindir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
     with tempfile.TemporaryDirectory(prefix="gpuhost-bench-") as tmp:
-        tmp = Path(tmp)
-        inventory = manager.up([str(SEED)], tmp / "lab")
-        try:
-            a, s = audit_and_setup(inventory, tmp, env, args.runs, ["--limit", "pve-gpu1"], (0, 2))
-        finally:
-            manager.down(tmp / "lab")
+        a, s = lab_audit_and_setup([str(SEED)], Path(tmp), args.runs, ["--limit", "pve-gpu1"], (0, 2))
     ma, ms = statistics.median(a), statistics.median(s)
     print(f"seed host pve-gpu1, {args.runs} runs each, medians")
     print(f"  gpuhost audit (14 controls)       {ma:6.2f} s   (min {min(a):.2f}, max {max(a):.2f})")

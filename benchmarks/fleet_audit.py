@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -16,8 +15,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from audit_vs_setup import ROOT, SEED, audit_and_setup
-from gpuhost.lab import manager
+from audit_vs_setup import SEED, lab_audit_and_setup
 
 
 def main() -> None:
@@ -25,8 +23,6 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    bindir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
     with tempfile.TemporaryDirectory(prefix="gpuhost-fleet-") as tmp:
         tmp = Path(tmp)
         specs = []
@@ -35,11 +31,7 @@ def main() -> None:
             data["hostname"] = f"pve-gpu{i + 1}"
             (tmp / f"h{i}.yml").write_text(yaml.safe_dump(data))
             specs.append(str(tmp / f"h{i}.yml"))
-        inventory = manager.up(specs, tmp / "lab")
-        try:
-            a, s = audit_and_setup(inventory, tmp, env, args.runs, [], (2,))
-        finally:
-            manager.down(tmp / "lab")
+        a, s = lab_audit_and_setup(specs, tmp, args.runs, [], (2,))
     ma, ms = statistics.median(a), statistics.median(s)
     print(f"{args.hosts} seed hosts, {args.runs} runs each, medians")
     print(f"  gpuhost audit (14 controls each)  {ma:6.2f} s   ({ma / args.hosts:.2f} s per host)")
