@@ -190,30 +190,96 @@ class Probe:
         running = self.read1("/proc/sys/kernel/osrelease")
         installed = sorted((os.path.basename(p)[len("vmlinuz-"):] for p in self.glob("/boot/vmlinuz-*")),
                            key=version_key)
-        loader, persisted = None, None
-        if os.path.exists(self.p("/etc/kernel/proxmox-boot-uuids")) and os.path.exists(self.p("/etc/kernel/cmdline")):
-            loader = "systemd-boot"
+        loader, esp_modes = self.detect_loader(cmdline)
+        persisted, grub_default = None, None
+        if loader == "systemd-boot":
             persisted = " ".join((self.read("/etc/kernel/cmdline") or "").split())
-        elif os.path.exists(self.p("/etc/default/grub")):
-            loader = "grub"
-            persisted = self._grub_cmdline()
+        elif loader in ("grub", "grub-esp"):
+            values, _ = self.grub_settings()
+            persisted = " ".join((values.get("GRUB_CMDLINE_LINUX", "") + " "
+                                  + values.get("GRUB_CMDLINE_LINUX_DEFAULT", "")).split())
+            grub_default = values.get("GRUB_DEFAULT", "0")
         pin = self.read1("/etc/kernel/next-boot-pin") or self.read1("/etc/kernel/proxmox-boot-pin")
-        default = pin if pin in installed else (installed[-1] if installed else None)
+        default = self.next_kernel(loader, installed, pin)
         headers = [k for k in installed if os.path.isdir(self.p("/usr/src/linux-headers-" + k))
                    or os.path.isdir(self.p("/lib/modules/%s/build" % k))]
-        return {"cmdline": cmdline, "loader": loader, "persisted_cmdline": persisted,
+        releases = set(filter(None, [running, default]))
+        return {"cmdline": cmdline, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
                 "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
-                "pinned_kernel": pin, "kernels_with_headers": headers,
-                "default_governor": {k: self._config_governor(k) for k in set(filter(None, [running, default]))},
+                "pinned_kernel": pin, "kernels_with_headers": headers, "grub_default": grub_default,
+                "default_governor": dict((k, self._config_governor(k)) for k in releases),
+                "amd_pstate_default_mode": dict((k, self._config_value(k, "CONFIG_X86_AMD_PSTATE_DEFAULT_MODE"))
+                                                for k in releases),
+                "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
                 "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*"))}
 
+    def detect_loader(self, cmdline):
+        """Which boot loader reads which file (pve-docs system-booting):
+        proxmox-boot-tool ESPs (/etc/kernel/proxmox-boot-uuids) are each systemd-boot
+        ("configured with: uefi", reads /etc/kernel/cmdline) or GRUB ("configured with:
+        grub", reads /etc/default/grub even though /etc/kernel/cmdline exists); else plain
+        GRUB. The boot that is running tells too: GRUB passes BOOT_IMAGE=, systemd-boot
+        does not."""
+        booted_grub = (cmdline or "").startswith("BOOT_IMAGE=")
+        if os.path.exists(self.p("/etc/kernel/proxmox-boot-uuids")):
+            modes = []
+            tool = self.p("/usr/sbin/proxmox-boot-tool")
+            if os.path.exists(tool):
+                rc, out, _ = self._run([tool, "status"])
+                modes = re.findall(r"is configured with: (uefi|grub)", out or "") if rc == 0 else []
+            if not modes:      # no status to read: what booted is the evidence
+                modes = ["grub" if booted_grub else "uefi"]
+            if set(modes) == {"grub"}:
+                return "grub-esp", modes
+            if set(modes) == {"uefi"}:
+                if booted_grub and os.path.exists(self.p("/etc/default/grub")):
+                    # the ESPs say systemd-boot but GRUB booted this system: it reads GRUB's files
+                    return "grub-esp", modes
+                return "systemd-boot", modes
+            # mixed ESPs: the running boot says which one the firmware uses
+            return ("grub-esp" if booted_grub else "systemd-boot"), modes
+        if os.path.exists(self.p("/etc/default/grub")):
+            return "grub", []
+        return None, []
+
+    def next_kernel(self, loader, installed, pin):
+        """The kernel the boot loader will start: a pin (proxmox-boot-tool writes it at the
+        next refresh), else GRUB's default entry in grub.cfg, else the newest installed."""
+        if pin and pin in installed:
+            return pin
+        if loader == "grub":
+            chosen = grub_default_kernel(self.read("/boot/grub/grub.cfg"), self.read("/boot/grub/grubenv"))
+            if chosen in installed:
+                return chosen
+        return installed[-1] if installed else None
+
+    def nvidia_module_built(self, release):
+        """Only a module file proves the next boot has GPUs (dkms builds can fail)."""
+        for pattern in ("/lib/modules/%s/updates/dkms/nvidia.ko*", "/lib/modules/%s/*/nvidia.ko*",
+                        "/lib/modules/%s/*/*/nvidia.ko*", "/lib/modules/%s/*/*/*/nvidia.ko*"):
+            if self.glob(pattern % release):
+                return True
+        return False
+
+    def grub_settings(self):
+        """GRUB's settings as grub-mkconfig sees them (/etc/default/grub, then grub.d/*.cfg),
+        read without running anything from those files (see read_shell_assignments)."""
+        values = {}
+        files = ["/etc/default/grub"] + [self.rel(p) for p in self.glob("/etc/default/grub.d/*.cfg")]
+        sources = {}
+        for path in files:
+            text = self.read(path)
+            if text is None:
+                if path == "/etc/default/grub":
+                    raise IOError("cannot read /etc/default/grub")
+                continue
+            for name in read_shell_assignments(text, path, values, GRUB_VARS):
+                sources[name] = path
+        return values, sources
+
     def _grub_cmdline(self):
-        script = ('. "$1/etc/default/grub"; for f in "$1"/etc/default/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done; '
-                  'printf "%s %s" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"')
-        rc, out, err = self._run(["/bin/sh", "-c", script, "sh", self.root or ""])
-        if rc != 0:
-            raise IOError("cannot evaluate /etc/default/grub: %s" % (err or "").strip())
-        return " ".join(out.split())
+        values, _ = self.grub_settings()
+        return " ".join((values.get("GRUB_CMDLINE_LINUX", "") + " " + values.get("GRUB_CMDLINE_LINUX_DEFAULT", "")).split())
 
     def _config_governor(self, release):
         text = self.read("/boot/config-" + release)
@@ -221,6 +287,11 @@ class Probe:
             return None
         m = re.search(r"^CONFIG_CPU_FREQ_DEFAULT_GOV_(\w+)=y", text, re.M)
         return m.group(1).lower() if m else None
+
+    def _config_value(self, release, name):
+        text = self.read("/boot/config-" + release)
+        m = re.search(r"^%s=(\S+)" % name, text or "", re.M)
+        return m.group(1).strip('"') if m else None
 
     def probe_iommu(self):
         units = [os.path.basename(p) for p in self.glob("/sys/class/iommu/*")]
@@ -371,6 +442,166 @@ def parse_config(cfg):
         if off == 0:
             break
     return out
+
+
+GRUB_VARS = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_DEFAULT")
+ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+class ShellValueError(ValueError):
+    pass
+
+
+def read_shell_assignments(text, path, values, wanted):
+    """Evaluate the plain `NAME=value` lines of a shell file into *values*, the way `sh`
+    would for them (quotes, backslashes, $NAME and ${NAME} of earlier assignments),
+    without running anything. A line that would run something (command substitution,
+    a conditional, a function) and names a wanted variable cannot be evaluated safely:
+    ShellValueError names the file and line. Other lines are ignored, as the variables
+    they set do not matter here. Returns the wanted names this file assigned."""
+    assigned = []
+    lines = text.replace("\r\n", "\n").split("\n")
+    i = 0
+    while i < len(lines):
+        line, start = lines[i], i + 1
+        # a quoted value may run over several lines
+        while _open_quote(line) and i + 1 < len(lines):
+            i += 1
+            line += "\n" + lines[i]
+        i += 1
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = ASSIGN.match(line)
+        names_here = [w for w in wanted if re.search(r"\b%s\b" % w, line)]
+        if m is None:
+            if names_here:
+                raise ShellValueError("%s line %d: cannot evaluate %s without running it" % (path, start, names_here[0]))
+            continue
+        name, raw = m.group(1), m.group(2)
+        try:
+            value = _shell_word(raw, values)
+        except ShellValueError as exc:
+            if name in wanted or names_here:
+                raise ShellValueError("%s line %d: %s" % (path, start, exc))
+            continue
+        values[name] = value
+        if name in wanted:
+            assigned.append(name)
+    return assigned
+
+
+def _open_quote(line):
+    quote, esc = None, False
+    for ch in line:
+        if esc:
+            esc = False
+        elif ch == "\\" and quote != "'":
+            esc = True
+        elif quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and quote is None:
+            break
+    return quote is not None
+
+
+def _shell_word(raw, values):
+    """One shell word (the right side of NAME=...), with a trailing comment allowed."""
+    out, i, quote = [], 0, None
+    while i < len(raw):
+        ch = raw[i]
+        if quote == "'":
+            if ch == "'":
+                quote = None
+            else:
+                out.append(ch)
+            i += 1
+            continue
+        if ch == "\\":
+            nxt = raw[i + 1:i + 2]
+            if quote == '"' and nxt not in ('"', "\\", "$", "`", "\n"):
+                out.append(ch)
+            elif nxt != "\n":
+                out.append(nxt)
+            i += 2
+            continue
+        if ch in "`" or raw.startswith("$(", i):
+            raise ShellValueError("command substitution")
+        if ch == "$":
+            m = re.match(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))", raw[i:])
+            if not m:
+                raise ShellValueError("a shell expansion gpuhost does not evaluate")
+            out.append(values.get(m.group(1) or m.group(2), ""))
+            i += m.end()
+            continue
+        if quote == '"':
+            if ch == '"':
+                quote = None
+            else:
+                out.append(ch)
+            i += 1
+            continue
+        if ch in "'\"":
+            quote = ch
+            i += 1
+            continue
+        if ch in " \t":
+            rest = raw[i:].strip()
+            if rest and not rest.startswith("#"):
+                raise ShellValueError("more than an assignment on the line")
+            break
+        if ch in ";&|<>()":
+            raise ShellValueError("more than an assignment on the line")
+        out.append(ch)
+        i += 1
+    if quote:
+        raise ShellValueError("unclosed quote")
+    return "".join(out)
+
+
+def grub_default_kernel(cfg, grubenv):
+    """The kernel release GRUB boots by default, from grub.cfg as grub-mkconfig wrote it:
+    `set default=` is an index into the top-level entries (a submenu counts as one, and
+    `N>M` goes into it), an entry title or id, or `${saved_entry}` from grubenv."""
+    if not cfg:
+        return None
+    m = re.search(r'^\s*set default="?([^"\n]*)"?\s*$', cfg, re.M)
+    default = m.group(1) if m else "0"
+    if "saved_entry" in default:
+        env = re.search(r"^saved_entry=(.*)$", grubenv or "", re.M)
+        default = env.group(1).strip() if env else "0"
+    entries, depth, stack = [], 0, []
+    for line in cfg.splitlines():
+        t = line.strip()
+        mm = re.match(r"^(menuentry|submenu)\s+(['\"])(.*?)\2(.*)\{$", t)
+        if mm:
+            ident = re.search(r"\$menuentry_id_option\s+'([^']*)'", mm.group(4))
+            node = {"title": mm.group(3), "id": ident.group(1) if ident else None, "kids": [], "kernel": None}
+            (stack[-1]["kids"] if stack else entries).append(node)
+            stack.append(node)
+            continue
+        lm = re.match(r"^linux\S*\s+\S*vmlinuz-(\S+)", t)
+        if lm and stack and stack[-1]["kernel"] is None:
+            stack[-1]["kernel"] = lm.group(1)
+        if t == "}" and stack:
+            stack.pop()
+    level = entries
+    node = None
+    for part in default.split(">"):
+        part = part.strip()
+        if part.isdigit():
+            node = level[int(part)] if int(part) < len(level) else None
+        else:
+            node = next((e for e in level if part in (e["title"], e["id"])), None)
+        if node is None:
+            return None
+        level = node["kids"]
+    while node and node["kernel"] is None and node["kids"]:
+        node = node["kids"][0]
+    return node["kernel"] if node else None
 
 
 def version_key(release):

@@ -575,27 +575,37 @@ def lxc_gpu_passthrough(h: Host) -> Finding:
     devices = {int(k): v for k, v in (nv.get("char_devices") or {}).items()}
     if not lxcconf.nvidia_majors(devices):
         return na(cid, "the NVIDIA driver is not loaded: no device majors to pass through")
-    gpu_count = len(nv.get("gpus") or []) or len(h.gpus)
-    broken, files = [], []
+    broken, files, manual = [], [], []
     given = 0
     for vmid, text in sorted((lxc.get("configs") or {}).items(), key=lambda kv: int(kv[0])):
         pt = lxcconf.inspect(vmid, text or "")
         if not pt.gives_gpus:
             continue
         given += 1
-        probs = lxcconf.problems(pt, devices, gpu_count)
-        if probs:
-            broken.append(f"{vmid}: " + ", ".join(probs))
-            files.append({"path": f"/etc/pve/lxc/{vmid}.conf", "content": lxcconf.repair(text, devices, gpu_count),
-                          "vmid": vmid})
+        probs = lxcconf.problems(pt, devices)
+        if not probs:
+            continue
+        if not lxcconf.repairable(pt):
+            manual.append(f"{vmid}: given no /dev/nvidiaN (" + ", ".join(probs) + "); which GPUs it gets is yours to say")
+            continue
+        fixed = lxcconf.repair(text, devices)
+        if lxcconf.problems(lxcconf.inspect(vmid, fixed), devices):   # a fix that cannot reach pass is not attempted
+            manual.append(f"{vmid}: " + ", ".join(probs) + " (gpuhost cannot repair this config)")
+            continue
+        broken.append(f"{vmid}: " + ", ".join(probs))
+        files.append({"path": f"/etc/pve/lxc/{vmid}.conf", "content": fixed, "vmid": vmid})
     if not given:
         return na(cid, "no container is given GPUs")
+    expected = "the GPUs each container is given usable: current majors, control nodes"
+    if not broken and not manual:
+        return Finding(cid, "pass", f"{given} containers with GPUs", expected,
+                       f"{given} containers pass their GPUs through correctly")
     if not broken:
-        return Finding(cid, "pass", f"{given} containers with GPUs", "current majors, every node mounted",
-                       f"{given} containers pass GPUs through correctly")
-    return Finding(cid, "drift", "; ".join(broken), "current majors, every node mounted",
-                   "container " + ", ".join(f["vmid"] for f in files) + " needs its passthrough fixed, then a restart",
-                   fix={"files": files})
+        return Finding(cid, "manual", "; ".join(manual), expected, "; ".join(manual))
+    msg = "container " + ", ".join(f["vmid"] for f in files) + " needs its passthrough fixed, then a restart"
+    if manual:
+        msg += "; and by hand: " + "; ".join(manual)
+    return Finding(cid, "drift", "; ".join(broken + manual), expected, msg, fix={"files": files})
 
 
 def sched_unit(disks: list[str]) -> dict:

@@ -109,12 +109,12 @@ DEVICES = {195: "nvidia", 508: "nvidia-uvm", 236: "nvidia-caps", 226: "drm", 10:
 def test_lxc_config_repair_replaces_the_stale_major_and_adds_what_is_missing():
     pt = lxcconf.inspect("129", SEED_CT)
     assert pt.gives_gpus and 509 in pt.allowed
-    probs = lxcconf.problems(pt, DEVICES, 8)
+    probs = lxcconf.problems(pt, DEVICES)
     assert "stale allow c 509:*" in probs and "missing mount /dev/nvidia-caps" in probs
-    fixed = lxcconf.repair(SEED_CT, DEVICES, 8)
+    fixed = lxcconf.repair(SEED_CT, DEVICES)
     assert "c 509:" not in fixed and fixed.count("c 508:* rwm") == 1 and "c 236:* rwm" in fixed
-    assert lxcconf.problems(lxcconf.inspect("129", fixed), DEVICES, 8) == []
-    assert lxcconf.repair(fixed, DEVICES, 8) == fixed, "idempotent"
+    assert lxcconf.problems(lxcconf.inspect("129", fixed), DEVICES) == []
+    assert lxcconf.repair(fixed, DEVICES) == fixed, "idempotent"
     for line in SEED_CT.splitlines():
         if "509" not in line:
             assert line in fixed.splitlines()
@@ -122,7 +122,7 @@ def test_lxc_config_repair_replaces_the_stale_major_and_adds_what_is_missing():
 
 def test_lxc_config_keeps_other_dynamic_majors_and_snapshots():
     text = SEED_CT + "lxc.cgroup2.devices.allow: c 226:* rwm\n[snap]\nlxc.cgroup2.devices.allow: c 509:* rwm\n"
-    fixed = lxcconf.repair(text, DEVICES, 8)
+    fixed = lxcconf.repair(text, DEVICES)
     assert "c 226:* rwm" in fixed
     assert fixed.endswith("[snap]\nlxc.cgroup2.devices.allow: c 509:* rwm\n")
 
