@@ -12,11 +12,15 @@ short_description: Add, replace or remove kernel parameters for the next boot
 description:
   - Edits the boot command line where the host's boot loader takes it from, keeping every
     other parameter as it is, and refreshes the boot loader so the next boot has it.
-  - "systemd-boot on Proxmox VE: the one line of C(/etc/kernel/cmdline), then
-    C(proxmox-boot-tool refresh)."
+  - The boot loader is told as the facts probe tells it (proxmox-boot-tool status per ESP,
+    cross-checked with the running boot), so the file edited is the one the loader reads.
+  - "systemd-boot on proxmox-boot-tool ESPs (configured with: uefi): the one line of
+    C(/etc/kernel/cmdline), then C(proxmox-boot-tool refresh)."
   - "GRUB: a drop-in C(/etc/default/grub.d/gpuhost.cfg) that gpuhost owns appends the
     parameters; a parameter to remove is also taken out of C(/etc/default/grub). Then
-    C(update-grub)."
+    C(update-grub), or C(proxmox-boot-tool refresh) where GRUB boots from
+    proxmox-boot-tool ESPs (configured with: grub; ZFS root on legacy BIOS or Secure
+    Boot), whose C(/etc/kernel/cmdline) nothing reads."
   - Idempotent; supports check mode and diff; keeps a backup of a file it changes.
 options:
   set:
@@ -42,7 +46,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-loader: {description: systemd-boot or grub, returned: always, type: str}
+loader: {description: systemd-boot, grub or grub-esp, returned: always, type: str}
 before: {description: the persisted parameters before, returned: always, type: str}
 after: {description: the persisted parameters after, returned: always, type: str}
 backup_file: {description: the backup made, returned: changed, type: str}
@@ -53,6 +57,7 @@ import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuhost_probe import Probe
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
 BOOT_UUIDS = "/etc/kernel/proxmox-boot-uuids"
@@ -63,6 +68,12 @@ GRUB_VAR = re.compile(r'^(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(["\']?)(.*)\2\s*$')
 
 def token(name, value):
     return name if value in (None, "") else "%s=%s" % (name, value)
+
+
+def grub_word(tok):
+    """A parameter as written inside GRUB_CMDLINE_LINUX_DEFAULT="...": grub-mkconfig copies
+    the line into grub.cfg unquoted, where ';' would end the linux command."""
+    return '\\"%s\\"' % tok if ";" in tok else tok
 
 
 def edit_tokens(tokens, set_, remove):
@@ -104,8 +115,13 @@ def main():
         if not re.match(r"^[A-Za-z0-9_.\-]+$", name):
             module.fail_json(msg="not a kernel parameter name: %r" % name)
 
-    if os.path.exists(BOOT_UUIDS) and os.path.exists(KERNEL_CMDLINE):
-        loader, files = "systemd-boot", {}
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    probe = Probe("/", run=run)
+    loader, _ = probe.detect_loader(probe.read1("/proc/cmdline"))
+    if loader == "systemd-boot" and os.path.exists(KERNEL_CMDLINE):
+        files = {}
         before_text = read(KERNEL_CMDLINE) or ""
         tokens = shlex.split(before_text)
         after = edit_tokens(tokens, set_, remove)
@@ -113,8 +129,8 @@ def main():
             files[KERNEL_CMDLINE] = (before_text, " ".join(after) + "\n")
         before, after_s = " ".join(tokens), " ".join(after)
         refresh = ["proxmox-boot-tool", "refresh"]
-    elif os.path.exists(GRUB_DEFAULT):
-        loader, files = "grub", {}
+    elif loader in ("grub", "grub-esp") and os.path.exists(GRUB_DEFAULT):
+        files = {}
         main_text = read(GRUB_DEFAULT) or ""
         new_main = []
         for line in main_text.splitlines(True):
@@ -134,13 +150,13 @@ def main():
         if new_owned != owned or (drop_text is None and new_owned):
             files[GRUB_DROPIN] = (drop_text or "", (
                 "# Managed by gpuhost: kernel parameters its controls need (see gpuhost_cmdline).\n"
-                'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' % " ".join(new_owned)))
+                'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' % " ".join(grub_word(t) for t in new_owned)))
         before = " ".join(owned)
         after_s = " ".join(new_owned)
-        refresh = ["update-grub"]
+        refresh = ["proxmox-boot-tool", "refresh"] if loader == "grub-esp" else ["update-grub"]
     else:
-        module.fail_json(msg="no boot loader configuration gpuhost can edit (%s with %s, or %s)"
-                             % (KERNEL_CMDLINE, BOOT_UUIDS, GRUB_DEFAULT))
+        module.fail_json(msg="no boot loader configuration gpuhost can edit (%s with %s, or %s); loader: %s"
+                             % (KERNEL_CMDLINE, BOOT_UUIDS, GRUB_DEFAULT, loader))
 
     result = dict(changed=bool(files), loader=loader, before=before, after=after_s,
                   diff=[dict(before_header=p, after_header=p, before=b, after=a) for p, (b, a) in files.items()])

@@ -23,7 +23,8 @@ WATCHED_SYSCTLS = ("kernel.numa_balancing",)
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 OWNED_UNITS = ("gpuhost-cpu-governor.service", "gpuhost-cpu-cstates.service", "gpuhost-pcie-mrrs.service",
                "gpuhost-pcie-acs.service", "gpuhost-storage-scheduler.service", "nvidia-persistenced.service")
-UNIT_DIRS = ("/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
+             "/usr/lib/systemd/system")
 
 
 class Probe:
@@ -66,7 +67,7 @@ class Probe:
     def gather(self):
         facts = {}
         for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "nvidia", "lxc", "block", "units"):
+                     "iommu", "pci", "nvidia", "lxc", "vms", "block", "units"):
             facts[name] = self.section(name, getattr(self, "probe_" + name))
         facts["errors"] = self.errors
         facts["is_root"] = os.geteuid() == 0
@@ -85,6 +86,7 @@ class Probe:
             pve = m.group(1) if m else None
         hostname = self.read1("/proc/sys/kernel/hostname") or self.read1("/etc/hostname")
         return {"id": info.get("ID"), "version_id": info.get("VERSION_ID"), "pretty_name": info.get("PRETTY_NAME"),
+                "machine": os.uname()[4],
                 "proxmox_ve": pve, "hostname": hostname}
 
     def probe_container(self):
@@ -120,7 +122,10 @@ class Probe:
         flags = first.get("flags", "").split()
         return {"vendor": first.get("vendor_id"), "family": int(first.get("cpu family", "0") or 0),
                 "model_name": first.get("model name"), "logical_cpus": count,
-                "cppc": "cppc" in flags, "hwp": "hwp" in flags, "hypervisor": "hypervisor" in flags,
+                # _CPC parsed by drivers/acpi/cppc_acpi.c shows as cpuN/acpi_cppc/; the cpuinfo
+                # flag marks only the MSR interface (EPYC 7002/7003 use shared memory, no flag)
+                "cppc": os.path.isdir(self.p("/sys/devices/system/cpu/cpu0/acpi_cppc")), "cppc_msr": "cppc" in flags,
+                "hwp": "hwp" in flags, "hypervisor": "hypervisor" in flags,
                 "pm_profile": int(self.read1("/sys/firmware/acpi/pm_profile", "0") or 0)}
 
     def probe_cpufreq(self):
@@ -162,6 +167,9 @@ class Probe:
         return {"nodes": len(nodes) or 1}
 
     def probe_sysctl(self):
+        """As systemd-sysctl applies them (sysctl.d(5)): *.conf in the four directories by
+        file name, a name in an earlier directory shadowing the same name later, the last
+        assignment winning; Debian's /etc/sysctl.d/99-sysctl.conf links /etc/sysctl.conf."""
         live = {}
         for key in WATCHED_SYSCTLS:
             live[key] = self.read1("/proc/sys/" + key.replace(".", "/"))
@@ -169,12 +177,15 @@ class Probe:
         for d in SYSCTL_DIRS:
             for path in self.glob(d + "/*.conf"):
                 files.setdefault(os.path.basename(path), path)   # /etc wins over /usr/lib
-        persisted, sources = {}, {}
-        ordered = [files[n] for n in sorted(files)]
+        ordered = [(n, files[n]) for n in sorted(files)]
         if os.path.exists(self.p("/etc/sysctl.conf")) and "99-sysctl.conf" not in files:
-            ordered.append(self.p("/etc/sysctl.conf"))
-        for path in ordered:
-            for line in (self.read(self.rel(path)) or "").splitlines():
+            ordered.append(("sysctl.conf", self.p("/etc/sysctl.conf")))
+        persisted, sources, assignments, contents = {}, {}, [], {}
+        for name, path in ordered:
+            rel = self.rel(path)
+            real = self.rel(os.path.realpath(path))
+            text = self.read(rel) or ""
+            for n, line in enumerate(text.splitlines(), 1):
                 line = line.strip()
                 if not line or line[0] in "#;":
                     continue
@@ -182,8 +193,12 @@ class Probe:
                 if m and m.group(1).replace("/", ".") in WATCHED_SYSCTLS:
                     key = m.group(1).replace("/", ".")
                     persisted[key] = m.group(2).strip()
-                    sources[key] = self.rel(path)
-        return {"live": live, "persisted": persisted, "sources": sources}
+                    sources[key] = rel
+                    assignments.append({"key": key, "value": m.group(2).strip(), "name": name, "path": rel,
+                                        "real_path": real, "line": n})
+                    contents[real] = text
+        return {"live": live, "persisted": persisted, "sources": sources, "assignments": assignments,
+                "contents": contents}
 
     def probe_boot(self):
         cmdline = self.read1("/proc/cmdline")
@@ -310,13 +325,19 @@ class Probe:
                    "class": _hex(self.read1(rel + "/class")),
                    "parent": parent if re.match(r"^[0-9a-f]{4}:", parent) else None,
                    "driver": os.path.basename(os.path.realpath(path + "/driver")) if os.path.exists(path + "/driver") else None,
-                   "numa_node": int(self.read1(rel + "/numa_node", "-1") or -1)}
+                   "numa_node": int(self.read1(rel + "/numa_node", "-1") or -1),
+                   # behind an external-facing port: the kernel marks it untrusted and removable
+                   # (drivers/pci/probe.c pci_set_removable) and always gives it a DMA domain
+                   "removable": self.read1(rel + "/removable") == "removable",
+                   "iommu_group_type": (self.read1(self.rel(os.path.realpath(path + "/iommu_group")) + "/type")
+                                        if os.path.exists(path + "/iommu_group") else None)}
             try:
                 with open(path + "/config", "rb") as f:
                     cfg = f.read(4096)
             except (IOError, OSError) as exc:
                 cfg = b""
                 dev["config_error"] = str(exc)
+            dev["config_size"] = len(cfg)
             if 0 < len(cfg) <= 64:
                 dev["config_error"] = "only the first 64 bytes of config space are readable without root"
                 unreadable.append(bdf)
@@ -328,10 +349,12 @@ class Probe:
 
     def probe_nvidia(self):
         version_text = self.read("/proc/driver/nvidia/version")
-        module = None
+        module, flavor = None, None
         if version_text:
             m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", version_text)
             module = m.group(1) if m else None
+            # kernel-open builds say "Open Kernel Module"; the proprietary ones "Kernel Module"
+            flavor = "open" if "Open Kernel Module" in version_text else "proprietary"
         majors, char_devices = {}, {}
         devices = self.read("/proc/devices") or ""
         chars = devices.split("Block devices:")[0]
@@ -345,25 +368,35 @@ class Probe:
         for cand in ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi"):
             if os.path.exists(self.p(cand)):
                 smi = cand
-        out = {"module": module, "majors": majors, "char_devices": char_devices, "smi": None, "gpus": [], "userspace": None, "smi_error": None}
+        out = {"module": module, "flavor": flavor, "majors": majors, "char_devices": char_devices, "smi": None,
+               "gpus": [], "userspace": None, "smi_error": None, "no_devices": False}
         if smi is None:
             return out
-        rc, text, err = self._run([self.p(smi), "--query-gpu=index,pci.bus_id,name,compute_cap,driver_version,persistence_mode",
-                                   "--format=csv,noheader"])
         out["smi"] = smi
+        fields = "index,pci.bus_id,name,driver_version,persistence_mode,compute_cap"
+        rc, text, err = self._run([self.p(smi), "--query-gpu=" + fields, "--format=csv,noheader"])
+        if rc != 0 and "compute_cap" in (text + err) and "not a valid field" in (text + err):
+            # R470 and older have no compute_cap field: the whole query fails, so ask without it
+            rc, text, err = self._run([self.p(smi), "--query-gpu=" + fields.rsplit(",", 1)[0],
+                                       "--format=csv,noheader"])
         if rc != 0:
-            out["smi_error"] = (text.strip() or err.strip()).splitlines()[0] if (text.strip() or err.strip()) else "exit %d" % rc
+            msg = (text.strip() or err.strip()).splitlines()[0] if (text.strip() or err.strip()) else "exit %d" % rc
+            out["smi_error"] = msg
+            out["no_devices"] = "No devices were found" in (text + err)
             m = re.search(r"NVML library version: (\S+)", text + err)
             out["userspace"] = m.group(1) if m else None
             return out
         for line in text.strip().splitlines():
             cells = [c.strip() for c in line.split(",")]
-            if len(cells) < 6:
+            if len(cells) < 5:
                 continue
             bus = cells[1].lower()
             out["gpus"].append({"index": int(cells[0]), "bdf": bus[4:] if len(bus) == 16 else bus, "name": cells[2],
-                                "compute_cap": cells[3], "persistence": cells[5] == "Enabled"})
-            out["userspace"] = cells[4]
+                                "compute_cap": cells[5] if len(cells) > 5 else None,
+                                "persistence": cells[4] == "Enabled"})
+            out["userspace"] = cells[3]
+        if not out["gpus"] and "No devices were found" in text:
+            out["no_devices"] = True
         return out
 
     def probe_lxc(self):
@@ -376,6 +409,22 @@ class Probe:
             if vmid.isdigit():
                 confs[vmid] = self.read(self.rel(path))
         return {"configs": confs}
+
+    def probe_vms(self):
+        """Proxmox VMs given PCI devices (hostpciN in their main section): vfio-pci binds
+        them only when the VM starts, so the host passes devices on even while none is bound."""
+        vms = {}
+        for path in self.glob("/etc/pve/qemu-server/*.conf"):
+            vmid = os.path.basename(path)[:-5]
+            lines = []
+            for line in (self.read(self.rel(path)) or "").splitlines():
+                if line.startswith("["):
+                    break
+                if re.match(r"^hostpci\d+\s*:", line):
+                    lines.append(line.strip())
+            if lines:
+                vms[vmid] = lines
+        return {"hostpci": vms}
 
     def probe_block(self):
         out = []
@@ -393,15 +442,66 @@ class Probe:
     def probe_units(self):
         units = {}
         for name in OWNED_UNITS:
-            content, where = None, None
-            for d in UNIT_DIRS:
-                text = self.read(d + "/" + name)
-                if text is not None:
-                    content, where = text, d + "/" + name
-                    break
-            enabled = os.path.lexists(self.p("/etc/systemd/system/multi-user.target.wants/" + name))
-            units[name] = {"content": content, "path": where, "enabled": enabled}
+            units[name] = self.effective_unit(name)
         return units
+
+    def effective_unit(self, name):
+        """A unit as systemd reads it (systemd.unit(5)): the first file of that name in the
+        unit path, then drop-ins (<unit>.d/*.conf from every unit directory, by file name),
+        where an empty ExecStart= resets the list; enabled by a .wants link, or started by
+        a udev rule (Ubuntu's nvidia persistenced has no [Install], 71-nvidia.rules starts it)."""
+        content, where = None, None
+        for d in UNIT_DIRS:
+            text = self.read(d + "/" + name)
+            if text is not None:
+                content, where = text, d + "/" + name
+                break
+        dropins = {}
+        for d in reversed(UNIT_DIRS):
+            for path in self.glob(d + "/" + name + ".d/*.conf"):
+                dropins[os.path.basename(path)] = self.rel(path)
+        execs = _exec_starts(content or "")
+        dropin_texts = {}
+        for base in sorted(dropins):
+            text = self.read(dropins[base]) or ""
+            dropin_texts[dropins[base]] = text
+            more = _exec_starts(text, reset_marker=True)
+            for cmd in more:
+                execs = [] if cmd is None else execs + [cmd]
+        enabled = any(os.path.lexists(self.p(d + "/multi-user.target.wants/" + name)) for d in UNIT_DIRS[:1])
+        by_udev = False
+        for d in ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d"):
+            for rule in self.glob(d + "/*.rules"):
+                if re.search(r'SYSTEMD_WANTS\S*\s*[+:]?=\s*"?%s' % re.escape(name), self.read(self.rel(rule)) or ""):
+                    by_udev = True
+        return {"content": content, "path": where, "enabled": enabled, "dropins": dropin_texts,
+                "exec_start": execs, "started_by_udev": by_udev,
+                "installable": bool(re.search(r"^\s*\[Install\]", content or "", re.M))}
+
+
+def _exec_starts(text, reset_marker=False):
+    """ExecStart= values of a unit file's [Service] section; None for an empty ExecStart=
+    (which resets the list) when reading a drop-in."""
+    out, section = [], None
+    for line in text.splitlines():
+        t = line.strip()
+        if t.startswith("["):
+            section = t
+            continue
+        if section != "[Service]":
+            continue
+        m = re.match(r"^ExecStart\s*=\s*(.*)$", t)
+        if m:
+            if not m.group(1):
+                out.append(None)
+            else:
+                out.append(m.group(1))
+    if not reset_marker:
+        cleaned = []
+        for cmd in out:
+            cleaned = [] if cmd is None else cleaned + [cmd]
+        return cleaned
+    return out
 
 
 def parse_config(cfg):
@@ -436,6 +536,7 @@ def parse_config(cfg):
             break
         if header & 0xFFFF == ECAP_ID_ACS:
             out["acs_cap"] = off
+            out["acs_caps"] = struct.unpack_from("<H", cfg, off + 4)[0]     # ACS Capability register
             out["acs_ctrl"] = struct.unpack_from("<H", cfg, off + 6)[0]
         off = (header >> 20) & 0xFFC
         seen += 1

@@ -117,7 +117,7 @@ def test_two_labs_side_by_side_get_their_own_addresses(make_lab):
     (lambda d: d["pci"].append(dict(d["pci"][1])), "pci[20].bdf: duplicate BDF 0000:01:00.0"),
     (lambda d: d["pci"][1].__setitem__("parent", "0000:99:01.1"), "pci[1].parent: no device 0000:99:01.1 in pci"),
     (lambda d: d["pci"][1].__setitem__("mrrs", 3000), "pci[1].mrrs: must be one of 128, 256, 512, 1024, 2048, 4096 bytes, not 3000"),
-    (lambda d: d["boot"].__setitem__("loader", "lilo"), "boot.loader: Input should be 'systemd-boot' or 'grub'"),
+    (lambda d: d["boot"].__setitem__("loader", "lilo"), "boot.loader: Input should be 'systemd-boot', 'grub' or 'grub-esp'"),
     (lambda d: d.__setitem__("colour", "blue"), "colour: unknown field"),
     (lambda d: d["nvidia"]["gpus"][0].__setitem__("bdf", "0000:05:00.0"), "nvidia.gpus[0].bdf: no device 0000:05:00.0 in pci"),
 ])

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, SEED_HOST, SPECS
+import scenarios
 from gpuhost import controls, lxcconf
 from gpuhost.lab import configspace
-from gpuhost.lab.kernel import BootState
 from gpuhost.lab.machine import Machine
 from gpuhost.lab.spec import load_spec
 
@@ -21,29 +21,9 @@ probe = importlib.util.module_from_spec(spec_)
 spec_.loader.exec_module(probe)
 
 
-def render(spec_path: Path, root: Path, cmdline: str | None = None) -> Machine:
-    """Write a lab machine's /sys and /proc files into a directory, as the probe would see them."""
-    spec = load_spec(spec_path)
-    cmd = cmdline if cmdline is not None else spec.boot.cmdline
-    from gpuhost.lab.kernel import cpufreq_for, cstates_for, default_governor, iommu_for, parse_cmdline
-    params = parse_cmdline(cmd)
-    rel = spec.kernel.installed[-1]
-    drv, status = cpufreq_for(spec, rel, params)
-    boot = BootState(rel, cmd, params, drv, status, default_governor(spec, drv, params), cstates_for(spec, params),
-                     iommu_for(spec, params), spec.thp_default, spec.nvidia is not None,
-                     {k: str(v) for k, v in spec.sysctl_default.items()}, [])
-    m = Machine(spec, boot, lambda a: None, lambda v: None)
-    (root / "etc/kernel").mkdir(parents=True)
-    (root / "etc/kernel/cmdline").write_text(cmd + "\n")          # the boot loader's source, as provisioned
-    (root / "etc/kernel/proxmox-boot-uuids").write_text("8A1B-2C3D\n")
-    for path, value in m.tree.snapshot().items():
-        target = root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(value, str) and value.startswith("-> "):
-            os.symlink(value[3:], target)
-        else:
-            target.write_bytes(value if isinstance(value, bytes) else value.encode())
-    return m
+def render(spec_path: Path, root: Path) -> Machine:
+    """Lay a lab host's disk and its rendered /sys and /proc out in a directory."""
+    return scenarios.render(spec_path, root).machine
 
 
 def test_parse_config_reads_what_configspace_wrote():
@@ -71,7 +51,8 @@ def test_probe_on_the_rendered_seed_and_the_judgement(tmp_path):
     f = controls.evaluate(facts, {"controls": ["cpu.cstates", "numa.balancing", "pcie.mrrs", "iommu.mode", "pcie.link"]})
     assert {k: v["status"] for k, v in f.items()} == {
         "cpu.cstates": "drift", "numa.balancing": "drift", "pcie.mrrs": "drift", "iommu.mode": "drift", "pcie.link": "pass"}
-    assert f["pcie.mrrs"]["fix"]["commands"][0] == "setpci -s 0000:01:00.0 CAP_EXP+8.w=5000:7000"
+    # matched by address and vendor:device: a renumbered bus writes nothing to another device
+    assert f["pcie.mrrs"]["fix"]["commands"][0] == "setpci -s 0000:01:00.0 -d 10de:2bb5 CAP_EXP+8.w=5000:7000"
     assert f["iommu.mode"]["fix"] == {"cmdline_set": {"iommu": "pt"}}
 
 

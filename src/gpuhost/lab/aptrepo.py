@@ -31,6 +31,12 @@ if [ "$1" = configure ] && [ -d /etc/kernel/postinst.d ]; then
     run-parts --report --exit-on-error --arg={rel} --arg=/boot/vmlinuz-{rel} /etc/kernel/postinst.d
 fi
 """
+HEADERS_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /etc/kernel/header_postinst.d ]; then
+    run-parts --report --exit-on-error --arg={rel} --arg=/usr/src/linux-headers-{rel} /etc/kernel/header_postinst.d
+fi
+"""
 KERNEL_POSTRM = """#!/bin/sh
 set -e
 if [ "$1" = remove ] && [ -d /etc/kernel/postrm.d ]; then
@@ -52,6 +58,9 @@ def build_package(name: str, release: str, out_dir: Path, config: str = "") -> P
             mods = root / f"lib/modules/{release}"
             mods.mkdir(parents=True)
             (mods / "build").symlink_to(f"/usr/src/linux-headers-{release}")
+            p = root / "DEBIAN/postinst"
+            p.write_text(HEADERS_POSTINST.format(rel=release))
+            p.chmod(0o755)
             desc = f"Proxmox Kernel Headers {release} (gpuhost lab)"
         else:
             boot = root / "boot"

@@ -19,6 +19,8 @@ from .spec import HostSpec
 
 # what the hosts' proxmox-boot-tool and update-grub write, relative to a host's root
 ESP_ENTRIES = shimlib.ESP_ENTRIES.lstrip("/")
+ESP_LOADER_CONF = (shimlib.ESP + "/loader/loader.conf").lstrip("/")
+ESP_GRUB_CFG = shimlib.ESP_GRUB_CFG.lstrip("/")
 GRUB_CFG = shimlib.GRUB_CFG.lstrip("/")
 PIN_FILE = shimlib.PIN.lstrip("/")
 NEXT_BOOT_PIN_FILE = shimlib.NEXT_PIN.lstrip("/")
@@ -61,9 +63,14 @@ class BootState:
     units: list[str]                   # ExecStart lines of enabled units, in order (step 10)
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     consumed_next_boot_pin: bool = False
+    loader: str = "grub"
+    cpuidle_driver: str | None = None   # None: the spec's
 
     @property
     def proc_cmdline(self) -> str:
+        """GRUB passes BOOT_IMAGE=; systemd-boot passes the entry's initrd= first."""
+        if self.loader == "systemd-boot":
+            return f"initrd=\\EFI\\proxmox\\{self.release}\\initrd.img-{self.release} {self.cmdline}".rstrip()
         return f"BOOT_IMAGE=/boot/vmlinuz-{self.release} {self.cmdline}".rstrip()
 
 
@@ -78,20 +85,28 @@ def _read(root: Path, rel: str) -> str | None:
         return None
 
 
-def choose_kernel(root: Path) -> tuple[str | None, bool]:
-    """Rule 1: a one-time pin, else the pin, else the newest installed."""
+def choose_kernel(root: Path, loader: str = "systemd-boot") -> tuple[str | None, bool]:
+    """Rule 1: what the boot loader's last write selected. proxmox-boot-tool's refresh
+    writes a pin (a --next-boot one first) as the default; GRUB boots its default entry
+    (GRUB_DEFAULT, 0 = newest). A next-boot pin is consumed by the boot it selects."""
     installed = installed_kernels(root)
-    for rel_path, once in ((NEXT_BOOT_PIN_FILE, True), (PIN_FILE, False)):
-        pin = (_read(root, rel_path) or "").strip()
-        if pin and pin in installed:
-            return pin, once
-    return (installed[-1] if installed else None), False
+    chosen = None
+    if loader == "systemd-boot":
+        m = re.search(r"^default\s+proxmox-(\S+)\.conf", _read(root, ESP_LOADER_CONF) or "", re.M)
+        chosen = m.group(1) if m else None
+    else:
+        cfg = _read(root, ESP_GRUB_CFG if loader == "grub-esp" else GRUB_CFG)
+        chosen = shimlib.grub_cfg_default(cfg, _read(root, "boot/grub/grubenv"))
+    if chosen not in installed:
+        chosen = installed[-1] if installed else None
+    once = bool(chosen) and (_read(root, NEXT_BOOT_PIN_FILE) or "").strip() == chosen
+    return chosen, once
 
 
 def loader_cmdline(root: Path, loader: str, release: str) -> str:
     """Rule 2: what the boot loader holds, not what its source file says now."""
-    if loader == "grub":
-        cfg = _read(root, GRUB_CFG) or ""
+    if loader in ("grub", "grub-esp"):
+        cfg = _read(root, ESP_GRUB_CFG if loader == "grub-esp" else GRUB_CFG) or ""
         lines = re.findall(r"^\s*linux\s+/boot/vmlinuz-(\S+)\s*(.*)$", cfg, re.M)
         for rel, args in lines:
             if rel == release:
@@ -109,21 +124,23 @@ def loader_cmdline(root: Path, loader: str, release: str) -> str:
 def cpufreq_for(spec: HostSpec, release: str, params: dict[str, str]) -> tuple[str | None, str | None]:
     """Rule 3: (scaling driver, amd_pstate status) for this boot."""
     fw = spec.firmware
-    if fw.virtualized:
+    if fw.virtualized or spec.cpu.max_khz == 0:
         return None, None
     if fw.vendor_cpu == "GenuineIntel":
         if fw.hwp and params.get("intel_pstate") != "disable":
             return "intel_pstate", None
         return "acpi-cpufreq", None
     mode = params.get("amd_pstate")
-    if fw.cppc and mode == "active":
+    if fw.cppc and mode == "active" and release_at_least(release, "6.3"):
         return "amd-pstate-epp", "active"
-    if fw.cppc and mode in ("passive", "guided"):
+    if fw.cppc and mode == "passive" and release_at_least(release, "6.1"):
+        return "amd-pstate", mode
+    if fw.cppc and mode == "guided" and release_at_least(release, "6.4"):
         return "amd-pstate", mode
     if mode is None and fw.cppc:
-        by_default = (release_at_least(release, "6.5") and fw.acpi_pm_profile not in SERVER_PM_PROFILES) or (
-            release_at_least(release, "6.13") and fw.cpu_family >= 26
-        )
+        # amd_pstate_init: never on an undefined profile; on servers only family >= 0x1A (6.13)
+        by_default = release_at_least(release, "6.5") and fw.acpi_pm_profile != 0 and (
+            fw.acpi_pm_profile not in SERVER_PM_PROFILES or (release_at_least(release, "6.13") and fw.cpu_family >= 26))
         if by_default:
             return "amd-pstate-epp", "active"
     return "acpi-cpufreq", None
@@ -146,6 +163,10 @@ def default_governor(spec: HostSpec, driver: str | None, params: dict[str, str])
         return wanted
     if spec.cpu.governor_default in offered:
         return spec.cpu.governor_default
+    # a setpolicy driver without the default governor: performance on server and undefined
+    # PM profiles, else powersave (cpufreq_init_policy; the drivers' initial policy)
+    if driver in ("amd-pstate-epp", "intel_pstate") and spec.firmware.acpi_pm_profile in (0,) + SERVER_PM_PROFILES:
+        return "performance"
     return "powersave"
 
 
@@ -154,51 +175,88 @@ def _cstate_number(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def cstates_for(spec: HostSpec, params: dict[str, str]) -> list[str]:
-    """Rule 4: the states the idle driver registers this boot."""
-    if spec.cpu.cpuidle_driver == "none":
-        return []
-    param = "processor.max_cstate" if spec.cpu.cpuidle_driver == "acpi_idle" else "intel_idle.max_cstate"
-    limit = params.get(param)
+def cstates_for(spec: HostSpec, params: dict[str, str]) -> tuple[str, list[str]]:
+    """Rule 4: (the idle driver, the states it registers this boot). processor.max_cstate=N
+    keeps acpi_idle's C1..CN (0 counts as 1); intel_idle.max_cstate=N keeps the first N
+    table entries after POLL, and 0 hands the CPU to acpi_idle."""
+    driver = spec.cpu.cpuidle_driver
+    if driver == "none":
+        return driver, []
     names = [c.name for c in spec.cpu.cstates]
-    if limit is None or not limit.isdigit():
-        return names
-    cap = int(limit)
-    return [n for n in names if (_cstate_number(n) is None) or _cstate_number(n) <= max(cap, 1)]
+    if driver == "intel_idle":
+        limit = params.get("intel_idle.max_cstate")
+        if limit is not None and limit.isdigit():
+            if int(limit) == 0:
+                driver = "acpi_idle"        # the firmware's _CST states, as acpi_idle numbers them
+                names = ["POLL"] + [f"C{i}" for i in range(1, len([n for n in names if n != "POLL"]) + 1)]
+            else:
+                return driver, [n for i, n in enumerate(names) if n == "POLL" or i <= int(limit)]
+    if driver == "acpi_idle":
+        limit = params.get("processor.max_cstate")
+        if limit is not None and limit.isdigit():
+            cap = max(int(limit), 1)
+            names = [n for n in names if (_cstate_number(n) is None) or _cstate_number(n) <= cap]
+    return driver, names
 
 
 def iommu_for(spec: HostSpec, params: dict[str, str]) -> str:
     """Rule 6."""
     if not spec.firmware.iommu:
         return "off"
-    if params.get("iommu") == "pt":
+    if params.get("iommu.passthrough") in ("1", "y", "on") or (
+            params.get("iommu") == "pt" and params.get("iommu.passthrough") not in ("0", "n", "off")):
         return "pt"
     if params.get("amd_iommu") == "off" or params.get("intel_iommu") == "off":
         return "off"
     return "translated"
 
 
+def nvidia_module_files(root: Path, release: str) -> list[Path]:
+    mods = root / f"lib/modules/{release}"
+    return sorted(mods.rglob("nvidia.ko")) if mods.is_dir() else []
+
+
 def nvidia_loaded(spec: HostSpec, root: Path, release: str, first_release: str) -> bool:
-    """Rule 9: a dkms-built module exists for a new kernel only if its headers were installed."""
+    """Rule 9: the driver loads only where its module exists for the kernel (dkms builds
+    it at headers install, for series up to builds_up_to)."""
     if spec.nvidia is None:
         return False
-    if not spec.nvidia.dkms or release == first_release:
-        return True
-    return (root / f"usr/src/linux-headers-{release}").is_dir()
+    return bool(nvidia_module_files(root, release))
 
 
 SYSCTL_LINE = re.compile(r"^\s*-?\s*([\w./-]+)\s*=\s*(.*?)\s*$")
 
 
+SYSCTL_DIRS = ("etc/sysctl.d", "run/sysctl.d", "usr/local/lib/sysctl.d", "usr/lib/sysctl.d")
+
+
+def sysctl_files(root: Path) -> list[Path]:
+    """As systemd-sysctl orders them: file names in lexical order, a name in an earlier
+    directory shadowing it in later ones; /etc/sysctl.conf last unless Debian's
+    /etc/sysctl.d/99-sysctl.conf link already names it."""
+    by_name: dict[str, Path] = {}
+    for d in SYSCTL_DIRS:
+        directory = root / d
+        if directory.is_dir():
+            for conf in directory.glob("*.conf"):
+                by_name.setdefault(conf.name, conf)
+    files = [by_name[n] for n in sorted(by_name)]
+    if (root / "etc/sysctl.conf").is_file() and "99-sysctl.conf" not in by_name:
+        files.append(root / "etc/sysctl.conf")
+    return files
+
+
 def sysctl_after_boot(spec: HostSpec, root: Path, params: dict[str, str]) -> dict[str, str]:
-    """Rules 5 and 10: defaults, the command line, then /etc/sysctl.d in lexical order."""
+    """Rules 5 and 10: defaults, the command line, then systemd-sysctl's files."""
     values = {k: str(v) for k, v in spec.sysctl_default.items()}
     if "kernel.numa_balancing" in values and params.get("numa_balancing") == "disable":
         values["kernel.numa_balancing"] = "0"
-    sysctl_d = root / "etc/sysctl.d"
-    files = sorted(sysctl_d.glob("*.conf"), key=lambda p: p.name) if sysctl_d.is_dir() else []
-    for conf in files:
-        for line in conf.read_text(errors="replace").splitlines():
+    for conf in sysctl_files(root):
+        try:
+            text = _resolve_in_root(root, conf).read_text(errors="replace")
+        except (OSError, AttributeError):
+            continue
+        for line in text.splitlines():
             if line.lstrip().startswith(("#", ";")):
                 continue
             m = SYSCTL_LINE.match(line)
@@ -209,20 +267,90 @@ def sysctl_after_boot(spec: HostSpec, root: Path, params: dict[str, str]) -> dic
     return values
 
 
-def enabled_units(root: Path) -> list[str]:
-    """Rule 10: ExecStart= lines of units enabled in multi-user.target.wants, in order."""
-    wants = root / UNIT_WANTS
-    if not wants.is_dir():
-        return []
+def _resolve_in_root(root: Path, path: Path) -> Path | None:
+    """Follow symlinks inside the host's root, never out of it."""
+    for _ in range(8):
+        if not path.is_symlink():
+            return path
+        target = path.readlink()
+        path = root / str(target).lstrip("/") if target.is_absolute() else path.parent / target
+    return None
+
+
+UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "usr/local/lib/systemd/system", "lib/systemd/system",
+             "usr/lib/systemd/system")
+
+
+def unit_exec_starts(root: Path, name: str, unit: Path) -> list[str]:
+    """ExecStart= of a unit as systemd reads it: the unit file, then its drop-ins
+    (<unit>.d/*.conf in every unit directory, by file name), an empty ExecStart= resetting
+    the list (systemd.unit(5), systemd.service(5))."""
+    dropins: dict[str, Path] = {}
+    for d in reversed(UNIT_DIRS):
+        directory = root / d / f"{name}.d"
+        if directory.is_dir():
+            for conf in directory.glob("*.conf"):
+                dropins[conf.name] = conf
     commands: list[str] = []
-    for link in sorted(wants.iterdir(), key=lambda p: p.name):
-        unit = _resolve_unit(root, link)
-        if unit is None:
+    for path in [unit] + [dropins[n] for n in sorted(dropins)]:
+        section = None
+        for line in path.read_text(errors="replace").splitlines():
+            t = line.strip()
+            if t.startswith("["):
+                section = t
+                continue
+            m = re.match(r"^ExecStart\s*=\s*(.*?)\s*$", t)
+            if m and section == "[Service]":
+                if m.group(1):
+                    commands.append(m.group(1).lstrip("-@:+!"))
+                else:
+                    commands = []
+    return commands
+
+
+UDEV_DIRS = ("etc/udev/rules.d", "lib/udev/rules.d", "usr/lib/udev/rules.d")
+
+
+def udev_wanted_units(root: Path) -> list[str]:
+    """Units an NVIDIA udev rule starts when the driver binds (ENV{SYSTEMD_WANTS}=, as
+    Ubuntu's 71-nvidia.rules starts nvidia-persistenced)."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for d in UDEV_DIRS:
+        directory = root / d
+        if not directory.is_dir():
             continue
-        for line in unit.read_text(errors="replace").splitlines():
-            m = re.match(r"^\s*ExecStart\s*=\s*(.+?)\s*$", line)
-            if m:
-                commands.append(m.group(1).lstrip("-@:+!"))
+        for rules in sorted(directory.glob("*.rules")):
+            if rules.name in seen:
+                continue
+            seen.add(rules.name)
+            for line in rules.read_text(errors="replace").splitlines():
+                if line.lstrip().startswith("#") or "nvidia" not in line:
+                    continue
+                names += re.findall(r'SYSTEMD_WANTS\}\+?="([^"]+)"', line)
+    return names
+
+
+def enabled_units(root: Path, nvidia_loaded: bool = False) -> list[str]:
+    """Rule 10: ExecStart= lines of units enabled in multi-user.target.wants, in order, then
+    those the NVIDIA driver's udev rule starts when it binds."""
+    wants = root / UNIT_WANTS
+    commands: list[str] = []
+    started: set[str] = set()
+    if wants.is_dir():
+        for link in sorted(wants.iterdir(), key=lambda p: p.name):
+            unit = _resolve_unit(root, link)
+            if unit is None:
+                continue
+            started.add(link.name)
+            commands += unit_exec_starts(root, link.name, unit)
+    for name in udev_wanted_units(root) if nvidia_loaded else []:
+        if name in started:
+            continue
+        unit = next((root / d / name for d in UNIT_DIRS if (root / d / name).is_file()), None)
+        if unit is not None:
+            started.add(name)
+            commands += unit_exec_starts(root, name, unit)
     return commands
 
 
@@ -237,13 +365,15 @@ def _resolve_unit(root: Path, link: Path) -> Path | None:
 
 
 def boot_state(spec: HostSpec, root: Path) -> BootState:
-    release, once = choose_kernel(root)
+    release, once = choose_kernel(root, spec.boot.loader)
     if release is None:
         raise RuntimeError(f"{spec.hostname}: no kernel in /boot, the host cannot boot")
     cmdline = loader_cmdline(root, spec.boot.loader, release)
     params = parse_cmdline(cmdline)
     driver, status = cpufreq_for(spec, release, params)
+    idle_driver, idle_states = cstates_for(spec, params)
     first = spec.kernel.pinned or sorted(spec.kernel.installed, key=version_key)[-1]
+    loaded = nvidia_loaded(spec, root, release, first)
     return BootState(
         release=release,
         cmdline=cmdline,
@@ -251,11 +381,26 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
         cpufreq_driver=driver,
         amd_pstate_status=status,
         governor=default_governor(spec, driver, params),
-        cstate_names=cstates_for(spec, params),
+        cstate_names=idle_states,
+        cpuidle_driver=idle_driver,
         iommu=iommu_for(spec, params),
         thp=params.get("transparent_hugepage") if params.get("transparent_hugepage") in ("always", "madvise", "never") else spec.thp_default,
-        nvidia_loaded=nvidia_loaded(spec, root, release, first),
+        nvidia_loaded=loaded,
         sysctl=sysctl_after_boot(spec, root, params),
-        units=enabled_units(root),
+        units=enabled_units(root, loaded),
         consumed_next_boot_pin=once,
+        loader=spec.boot.loader,
     )
+
+
+def clear_next_boot_pin(root: Path, loader: str) -> None:
+    """proxmox-boot-cleanup.service: the trial boot happened, drop the one-time pin and
+    write the ESPs again, so the boot after it is the permanent choice."""
+    (root / NEXT_BOOT_PIN_FILE).unlink(missing_ok=True)
+    pin = (_read(root, PIN_FILE) or "").strip() or None
+    kernels = installed_kernels(root)
+    if loader == "systemd-boot":
+        cmdline = " ".join((_read(root, "etc/kernel/cmdline") or "").split())
+        shimlib.esp_refresh(kernels, cmdline, pin if pin in kernels else None, root=str(root))
+    elif loader == "grub-esp":
+        shimlib.write_grub(str(root), esp=True, pin=pin)

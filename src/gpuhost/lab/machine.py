@@ -85,8 +85,26 @@ class Machine:
         for dev in spec.pci:
             sec, sub = bus_range.get(dev.bdf, (0, 0))
             self.config[dev.bdf] = configspace.build(dev, sec, sub)
+            self._boot_acs(dev)
         self.tree = Tree()
         self.render()
+
+    def _boot_acs(self, dev: PciDevice) -> None:
+        """Rule 7: with an IOMMU on, the kernel sets SrcValid, ReqRedir, CmpltRedir and
+        UpstreamFwd on every ACS port (pci_std_enable_acs, as far as the capability offers
+        them); pci=disable_acs_redir= then clears ReqRedir, CmpltRedir and EgressCtrl on the
+        ports it names ([<domain>:]<bus>:<dev>.<fn>, or pci:<vendor>:<device>)."""
+        if dev.acs_ctrl is None:
+            return
+        cfg = self.config[dev.bdf][0]
+        off = configspace.ECAP_ACS
+        caps = int.from_bytes(cfg[off + 4:off + 6], "little")
+        ctrl = int.from_bytes(cfg[off + 6:off + 8], "little")
+        if self.boot.iommu != "off":
+            ctrl |= 0x1D & caps
+        if _named_by_acs_redir(self.boot.params.get("pci", ""), dev):
+            ctrl &= ~0x2C
+        cfg[off + 6:off + 8] = ctrl.to_bytes(2, "little")
 
     # ---- derived facts -------------------------------------------------------------
     def _bus_ranges(self) -> dict[str, tuple[int, int]]:
@@ -157,6 +175,11 @@ class Machine:
             t.attr(f"{base}/topology/core_id", text(c.core))
             t.attr(f"{base}/topology/thread_siblings_list", text(cpulist(c.siblings)))
             t.attr(f"{base}/topology/core_cpus_list", text(cpulist(c.siblings)))
+            if self.spec.firmware.cppc:
+                # drivers/acpi/cppc_acpi.c: shown once _CPC is parsed, whatever the interface
+                for name, value in (("highest_perf", 196), ("nominal_perf", 120), ("lowest_perf", 20),
+                                    ("lowest_nonlinear_perf", 50), ("nominal_freq", self.spec.cpu.max_khz // 1000 or 1)):
+                    t.attr(f"{base}/acpi_cppc/{name}", text(value))
             t.link(f"{base}/node{c.node}", f"../../node/node{c.node}")
 
     def _render_cpufreq(self, t: Tree) -> None:
@@ -198,20 +221,20 @@ class Machine:
             t.link(f"{CPU}/cpu{cpu}/cpufreq", f"../cpufreq/policy{cpu}")
 
     def _render_cpuidle(self, t: Tree) -> None:
-        drv = self.spec.cpu.cpuidle_driver
+        drv = self.boot.cpuidle_driver or self.spec.cpu.cpuidle_driver
         t.attr(f"{CPU}/cpuidle/current_driver", text(drv))
         t.attr(f"{CPU}/cpuidle/current_governor_ro", text("menu"))
         t.attr(f"{CPU}/cpuidle/current_governor", text("menu"))
         if drv == "none":
             return
-        lat = {s.name: s.latency_us for s in self.spec.cpu.cstates}
+        lat = [s.latency_us for s in self.spec.cpu.cstates]     # by table position
         for topo in self.cpus:
             for i, name in enumerate(self.boot.cstate_names):
                 base = f"{CPU}/cpu{topo.cpu}/cpuidle/state{i}"
                 t.attr(f"{base}/name", text(name))
                 t.attr(f"{base}/desc", text("CPUIDLE CORE POLL IDLE" if name == "POLL" else f"ACPI FFH MWAIT 0x{i:x}"))
-                t.attr(f"{base}/latency", text(lat[name]))
-                t.attr(f"{base}/residency", text(lat[name] * 3))
+                t.attr(f"{base}/latency", text(lat[i]))
+                t.attr(f"{base}/residency", text(lat[i] * 3))
                 t.attr(f"{base}/usage", text(0))
                 t.attr(f"{base}/time", text(0))
                 t.attr(f"{base}/disable", lambda key=(topo.cpu, i): text(int(self.idle_disabled[key])),
@@ -249,6 +272,8 @@ class Machine:
             t.attr(f"{path}/numa_node", text(dev.numa_node))
             t.attr(f"{path}/local_cpulist", text(cpulist([c.cpu for c in self.cpus if dev.numa_node < 0 or c.node == dev.numa_node])))
             t.attr(f"{path}/enable", text(1))
+            # drivers/pci/probe.c: devices behind an external-facing port are untrusted and removable
+            t.attr(f"{path}/removable", text("removable" if dev.untrusted else "unknown"))
             t.attr(f"{path}/resource", b"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13)
             if dev.is_pcie:
                 speeds = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
@@ -277,10 +302,10 @@ class Machine:
         unit = "ivhd0" if self.spec.firmware.vendor_cpu == "AuthenticAMD" else "dmar0"
         t.attr(f"sys/devices/virtual/iommu/{unit}/uevent", b"")
         t.link(f"sys/class/iommu/{unit}", f"../../devices/virtual/iommu/{unit}")
-        group_type = text("identity" if mode == "pt" else "DMA-FQ")
         for n, dev in enumerate(self.spec.pci):
             g = f"sys/kernel/iommu_groups/{n}"
-            t.attr(f"{g}/type", group_type)
+            # untrusted devices always get a DMA domain (drivers/iommu/iommu.c)
+            t.attr(f"{g}/type", text("DMA" if dev.untrusted else ("identity" if mode == "pt" else "DMA-FQ")))
             t.attr(f"{g}/reserved_regions", b"0x00000000fee00000 0x00000000feefffff msi\n")
             t.link(f"{g}/devices/{dev.bdf}", "../../../../" + self.dev_path(dev.bdf).removeprefix("sys/"))
             path = self.dev_path(dev.bdf)
@@ -325,7 +350,7 @@ class Machine:
         if self.spec.nvidia and self.boot.nvidia_loaded:
             ver = self.spec.nvidia.kernel_module
             t.attr("proc/driver/nvidia/version", text(
-                f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {ver}  Release Build  "
+                f"NVRM version: NVIDIA UNIX {'Open ' if self.spec.nvidia.flavor == 'open' else ''}Kernel Module for x86_64  {ver}  Release Build  "
                 f"(dvs-builder@U22-I3-AE18-09-1)  Thu Mar 13 00:00:00 UTC 2025\n"
                 f"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) ").rstrip(b"\n") + b"\n")
             for i, gpu in enumerate(self.spec.nvidia.gpus):
@@ -349,7 +374,9 @@ class Machine:
         nv = self.spec.nvidia
         gpus = []
         if nv:
-            for i, g in enumerate(nv.gpus):
+            # the proprietary modules do not drive Grace Hopper or Blackwell (cc >= 10.0)
+            driven = [g for g in nv.gpus if nv.flavor == "open" or _cc(g.compute_cap) < (10, 0)]
+            for i, g in enumerate(driven):
                 dev = self.spec.device(g.bdf)
                 cfg = self.config[g.bdf][0]
                 up = self.spec.device(dev.parent) if dev.parent else None
@@ -372,7 +399,7 @@ class Machine:
         flags = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ht syscall nx lm constant_tsc rep_good nopl xtopology nonstop_tsc cpuid pni pclmulqdq monitor ssse3 fma cx16 sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand lahf_lm"
         if fw.vendor_cpu == "AuthenticAMD":
             flags += " cmp_legacy svm extapic cr8_legacy abm sse4a misalignsse 3dnowprefetch topoext perfctr_core"
-            if fw.cppc:
+            if fw.cppc and fw.cppc_interface == "msr":     # X86_FEATURE_CPPC: the MSR interface only
                 flags += " cppc"
         else:
             flags += " vmx est tm2 pdcm dca"
@@ -519,6 +546,29 @@ class GuestMachine:
         if _word(value) not in ("reboot", "poweroff", "halt"):
             raise einval()
         self.on_reboot(_word(value))
+
+
+def _cc(cap: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in cap.split("."))
+
+
+def _named_by_acs_redir(pci_param: str, dev: PciDevice) -> bool:
+    """Whether pci=...,disable_acs_redir=<dev>[;<dev>...] names this device."""
+    for opt in pci_param.split(","):
+        if not opt.startswith("disable_acs_redir="):
+            continue
+        for item in opt[len("disable_acs_redir="):].split(";"):
+            item = item.strip().lower()
+            if item.startswith("pci:"):
+                parts = item[4:].split(":")
+                try:
+                    if int(parts[0], 16) == dev.vendor and int(parts[1], 16) == dev.device:
+                        return True
+                except (ValueError, IndexError):
+                    continue
+            elif item and (item == dev.bdf or "0000:" + item == dev.bdf):
+                return True
+    return False
 
 
 def _word(value: bytes) -> str:

@@ -37,6 +37,22 @@ fi
 """
 
 
+DKMS_HOOK = """#!/bin/sh
+# from dkms: build the NVIDIA module for a kernel once its headers are installed
+# (gpuhost lab: the build succeeds for kernel series up to {builds_up_to})
+rel="$1"
+[ -n "$rel" ] && [ -d "/usr/src/linux-headers-$rel" ] || exit 0
+series=$(echo "$rel" | sed -E 's/^([0-9]+\\.[0-9]+).*/\\1/')
+newest="{builds_up_to}"
+if [ -n "$newest" ] && [ "$(printf '%s\\n%s\\n' "$series" "$newest" | sort -V | tail -n 1)" != "$newest" ]; then
+    echo "Error! Bad return status for module build on kernel: $rel (x86_64)" >&2
+    echo "Consult /var/lib/dkms/nvidia/{version}/build/make.log for more information." >&2
+    exit 0
+fi
+mkdir -p "/lib/modules/$rel/updates/dkms"
+echo "nvidia {version} for $rel (gpuhost lab)" > "/lib/modules/$rel/updates/dkms/nvidia.ko"
+"""
+
 PY_SITE = "usr/lib/python3/dist-packages"
 
 
@@ -96,7 +112,7 @@ def install_shims(root: Path, spec: AnySpec) -> None:
             tools["usr/bin/nvidia-persistenced"] = "nvidia-persistenced"
     if not spec.is_guest:
         tools["usr/sbin/update-grub"] = "update-grub"
-    if spec.is_proxmox or (isinstance(spec, HostSpec) and spec.boot.loader == "systemd-boot"):
+    if spec.is_proxmox or (isinstance(spec, HostSpec) and spec.boot.loader in ("systemd-boot", "grub-esp")):
         # the contract's systemd-boot hosts keep their ESPs with proxmox-boot-tool
         tools["usr/sbin/proxmox-boot-tool"] = "proxmox-boot-tool"
     if spec.is_proxmox:
@@ -191,10 +207,16 @@ def _provision_host(root: Path, spec: HostSpec) -> None:
         (root / f"lib/modules/{rel}").mkdir(parents=True, exist_ok=True)
         # the driver was built for the kernels the machine came with
         _write(root, f"usr/src/linux-headers-{rel}/Makefile", f"VERSION = {rel}\n")
+        if spec.nvidia:
+            where = "updates/dkms" if spec.nvidia.dkms else "kernel/drivers/video"
+            _write(root, f"lib/modules/{rel}/{where}/nvidia.ko", f"nvidia {spec.nvidia.kernel_module} for {rel} (gpuhost lab)\n")
     if spec.nvidia and spec.nvidia.dkms:
         (root / f"var/lib/dkms/nvidia/{spec.nvidia.kernel_module}/source").mkdir(parents=True, exist_ok=True)
         _write(root, f"var/lib/dkms/nvidia/{spec.nvidia.kernel_module}/source/dkms.conf",
                f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{spec.nvidia.kernel_module}"\nAUTOINSTALL="yes"\n')
+        hook = DKMS_HOOK.format(builds_up_to=spec.nvidia.builds_up_to or "", version=spec.nvidia.kernel_module)
+        _write(root, "etc/kernel/header_postinst.d/dkms", hook, 0o755)
+        _write(root, "etc/kernel/postinst.d/dkms", hook, 0o755)
     kernels = shimlib.installed_kernels(str(root))
     if spec.kernel.pinned:
         _write(root, "etc/kernel/proxmox-boot-pin", spec.kernel.pinned + "\n")
@@ -202,17 +224,21 @@ def _provision_host(root: Path, spec: HostSpec) -> None:
     if spec.is_proxmox:
         _write(root, "etc/kernel/postinst.d/zz-proxmox-boot", ZZ_PROXMOX_BOOT, 0o755)
         _write(root, "var/lib/gpuhost-lab/proxmox_ve", spec.os.proxmox_ve + "\n")
-    if spec.boot.loader == "systemd-boot":
+    if spec.boot.loader in ("systemd-boot", "grub-esp"):
+        # the installer writes /etc/kernel/cmdline either way; GRUB-mode ESPs do not read it
         _write(root, "etc/kernel/cmdline", spec.boot.cmdline + "\n")
         _write(root, "etc/kernel/proxmox-boot-uuids", ESP_UUID + "\n")
+        _write(root, shimlib.ESP.lstrip("/") + "/mode", ("grub" if spec.boot.loader == "grub-esp" else "uefi") + "\n")
+    if spec.boot.loader == "systemd-boot":
         shimlib.esp_refresh(kernels, spec.boot.cmdline, spec.kernel.pinned, root=str(root))
     else:
         _write(root, "etc/default/grub", (
             "# If you change this file, run 'update-grub' afterwards to update\n# /boot/grub/grub.cfg.\n\n"
-            "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
+            f"GRUB_DEFAULT={spec.boot.grub_default}\nGRUB_TIMEOUT=5\n"
+            "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
             f'GRUB_CMDLINE_LINUX_DEFAULT="{spec.boot.cmdline}"\nGRUB_CMDLINE_LINUX=""\n'))
         (root / "etc/default/grub.d").mkdir(parents=True, exist_ok=True)
-        _write(root, "boot/grub/grub.cfg", shimlib.grub_cfg(kernels, spec.boot.cmdline))
+        shimlib.write_grub(str(root), esp=spec.boot.loader == "grub-esp", pin=spec.kernel.pinned)
     if spec.is_proxmox:
         node = f"etc/pve/nodes/{spec.hostname}"
         (root / node / "lxc").mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,9 @@ class Firmware(_Strict):
     model_name: str
     acpi_pm_profile: int = Field(ge=0, le=8)
     cppc: bool
+    # AMD: msr (the /proc/cpuinfo cppc flag shows with CPPC) | shared_memory (EPYC 7002/7003:
+    # never shows the flag, amd_pstate still loads when cppc is true)
+    cppc_interface: Literal["msr", "shared_memory"] = "msr"
     hwp: bool
     iommu: bool
     smt: bool
@@ -57,8 +60,8 @@ class Cpu(_Strict):
     cores_per_socket: int = Field(ge=1, le=512)
     threads_per_core: int = Field(ge=1, le=8)
     numa_nodes: int = Field(ge=1, le=64)
-    min_khz: int = Field(ge=1)
-    max_khz: int = Field(ge=1)
+    min_khz: int = Field(ge=0)          # 0 where there is no cpufreq (a VM)
+    max_khz: int = Field(ge=0)
     governor_default: str
     cpuidle_driver: Literal["acpi_idle", "intel_idle", "none"]
     cstates: list[CState] = Field(default_factory=list)
@@ -75,8 +78,9 @@ class Cpu(_Strict):
 
 
 class Boot(_Strict):
-    loader: Literal["systemd-boot", "grub"]
+    loader: Literal["systemd-boot", "grub", "grub-esp"]
     cmdline: str
+    grub_default: str = "0"             # grub, grub-esp: GRUB_DEFAULT (0 = newest; saved)
 
 
 class Kernel(_Strict):
@@ -127,6 +131,7 @@ class PciDevice(_Strict):
     link_sta: Optional[Link] = None
     acs_ctrl: Optional[int] = Field(default=None, ge=0, le=0xFFFF)
     driver: Optional[str] = None
+    untrusted: bool = False             # external-facing: always a DMA domain
 
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
 
@@ -199,6 +204,8 @@ class Nvidia(_Strict):
     userspace: str
     cuda_version: str
     dkms: bool = True
+    builds_up_to: Optional[str] = None  # newest kernel series the dkms build succeeds on
+    flavor: Literal["open", "proprietary"] = "open"
     persistence_default: bool = False
     gpus: list[Gpu] = Field(default_factory=list)
     char_majors: dict[str, int] = Field(default_factory=lambda: {"nvidia": 195, "nvidia-uvm": 508, "nvidia-caps": 236})

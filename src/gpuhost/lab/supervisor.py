@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 
 from . import fusefs, provision
-from .kernel import NEXT_BOOT_PIN_FILE, boot_state
+from .kernel import boot_state, clear_next_boot_pin
 from .layout import LabLayout
 from .machine import GuestMachine, Machine
 from .spec import GuestSpec, HostSpec, load_spec
@@ -133,7 +133,7 @@ class Supervisor:
         if isinstance(h.spec, HostSpec):
             state = boot_state(h.spec, root)
             if state.consumed_next_boot_pin:
-                (root / NEXT_BOOT_PIN_FILE).unlink(missing_ok=True)
+                clear_next_boot_pin(root, h.spec.boot.loader)
             h.machine = Machine(h.spec, state, lambda action, h=h: self._request_power(h, action),
                                 lambda vmid, h=h: self._request_container_restart(h, vmid))
             kern, kind, repo = h.name, "host", str(self.layout.repo(h.name))

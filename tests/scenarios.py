@@ -1,0 +1,132 @@
+"""Scenarios at unit speed: a spec (plus an overlay) laid out into a directory the way the
+lab lays out a host's disk and renders its /sys and /proc, then probed and judged.
+
+The disk comes from the lab's own provisioning and the volatile state from its kernel
+model, so a scenario is the lab's host without namespaces, sshd or FUSE; the vendor
+tools the probe runs (pveversion, proxmox-boot-tool status, nvidia-smi) answer from the
+same model, as the lab's shims do.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from gpuhost import controls
+from gpuhost.lab import provision
+from gpuhost.lab.kernel import boot_state
+from gpuhost.lab.machine import Machine
+from gpuhost.lab.shims import shimlib
+from gpuhost.lab.spec import HostSpec, parse_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("gpuhost_probe", ROOT / "module_utils/gpuhost_probe.py")
+probe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(probe)
+
+
+def merge(base: dict, overlay: dict) -> dict:
+    """*overlay* on *base*: mappings merge key by key, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+class Rendered:
+    """One scenario host: its directory, spec, machine, facts and findings."""
+
+    def __init__(self, root: Path, spec: HostSpec, machine: Machine, smi: "SmiStub"):
+        self.root, self.spec, self.machine, self.smi = root, spec, machine, smi
+
+    def facts(self) -> dict:
+        return probe.Probe(str(self.root), run=self.run).gather()
+
+    def judge(self, settings: dict | None = None, **more) -> dict[str, dict]:
+        return controls.evaluate(self.facts(), {**(settings or {}), **more})
+
+    def status(self, cid: str, **settings) -> str:
+        return self.judge(controls=[cid], **settings)[cid]["status"]
+
+    def finding(self, cid: str, **settings) -> dict:
+        return self.judge(controls=[cid], **settings)[cid]
+
+    def write(self, path: str, text: str) -> None:
+        target = self.root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    def run(self, argv: list[str]) -> tuple[int, str, str]:
+        tool = argv[0][len(str(self.root)):] if argv[0].startswith(str(self.root)) else argv[0]
+        if tool.endswith("pveversion"):
+            return 0, f"pve-manager/{self.spec.os.proxmox_ve}/abc (running kernel: {self.machine.boot.release})\n", ""
+        if tool.endswith("proxmox-boot-tool") and argv[1:2] == ["status"]:
+            mode = shimlib.esp_mode(str(self.root))
+            return 0, f"8A1B-2C3D is configured with: {mode} (versions: {self.machine.boot.release})\n", ""
+        if tool.endswith("nvidia-smi"):
+            return self.smi(argv[1:])
+        return 127, "", f"{tool}: not found"
+
+
+class SmiStub:
+    """nvidia-smi --query-gpu as the lab's shim answers it (and, with r470=True, as a
+    driver without the compute_cap field does: the whole query fails)."""
+
+    def __init__(self, machine: Machine, r470: bool = False):
+        self.machine, self.r470 = machine, r470
+
+    def __call__(self, args: list[str]) -> tuple[int, str, str]:
+        view = self.machine.nvidia_view(self.machine.spec.nvidia.userspace if self.machine.spec.nvidia else None)
+        if view["module"] is None:
+            return 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
+        if view["userspace"] != view["module"]:
+            return 18, f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {view['userspace']}\n", ""
+        fields = next(a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")).split(",")
+        if self.r470 and "compute_cap" in fields:
+            return 2, 'Field "compute_cap" is not a valid field to query.\n\n', ""
+        if not view["gpus"]:
+            return 6, "No devices were found\n", ""
+        cell = {"index": lambda g: str(g["index"]), "pci.bus_id": lambda g: "0000" + g["bdf"].upper(),
+                "name": lambda g: g["name"], "driver_version": lambda g: view["userspace"],
+                "persistence_mode": lambda g: "Enabled" if g["persistence"] else "Disabled",
+                "compute_cap": lambda g: g["compute_cap"]}
+        return 0, "".join(", ".join(cell[f](g) for f in fields) + "\n" for g in view["gpus"]), ""
+
+
+def render(base: Path | dict, root: Path, overlay: dict | None = None,
+           before_boot: Callable[[Path], None] | None = None, r470: bool = False) -> Rendered:
+    """Lay a host out in *root*: its disk as provisioning writes it (spec ``files`` too),
+    then one boot of the kernel model rendered into /sys and /proc."""
+    data = yaml.safe_load(base.read_text()) if isinstance(base, Path) else base
+    spec = parse_spec(merge(data, overlay or {}), "scenario")
+    assert isinstance(spec, HostSpec)
+    provision._provision_host(root, spec)
+    provision._write(root, "etc/os-release", provision.os_release(spec))
+    for path, content in spec.files.items():
+        provision._write(root, path, content)
+    if spec.is_proxmox:
+        provision._write(root, "usr/bin/pveversion", "#!/bin/sh\n", 0o755)
+    if spec.is_proxmox or spec.boot.loader != "grub":
+        provision._write(root, "usr/sbin/proxmox-boot-tool", "#!/bin/sh\n", 0o755)
+    if spec.nvidia:
+        provision._write(root, "usr/bin/nvidia-smi", "#!/bin/sh\n", 0o755)
+    if before_boot:
+        before_boot(root)
+    state = boot_state(spec, root)
+    machine = Machine(spec, state, lambda a: None, lambda v: None)
+    for path, value in machine.tree.snapshot().items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(value, str) and value.startswith("-> "):
+            if not target.is_symlink():
+                os.symlink(value[3:], target)
+        else:
+            target.write_bytes(value if isinstance(value, bytes) else value.encode())
+    return Rendered(root, spec, machine, SmiStub(machine, r470))
