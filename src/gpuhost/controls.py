@@ -693,7 +693,7 @@ PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/zz-gpuh
 def persistenced_dropin(exec_start: str) -> dict:
     cmd = " ".join(w for w in exec_start.split() if w != "--no-persistence-mode")
     return {"path": PERSISTENCED_DROPIN, "content": (
-        "# Managed by gpuhost (nvidia.persistence): the vendor unit without --no-persistence-mode\n"
+        "# Managed by gpuhost (nvidia.persistence): the vendor unit's daemon, with persistence on (its default)\n"
         f"[Service]\nExecStart=\nExecStart={cmd}\n")}
 
 
@@ -891,7 +891,10 @@ def pcie_acs(h: Host) -> Finding:
     # the kernel sets ReqRedir and CmpltRedir on every ACS port at boot when an IOMMU is on
     # (pci_std_enable_acs); pci=disable_acs_redir= clears them before IOMMU groups form
     redirectable = [p for p in acs if (p.get("acs_caps") or 0) & ACS_REDIRECT_BITS]
-    want = disable_acs_redir_value(redirectable) if redirectable else None
+    iommu = h.section("iommu") or {}
+    iommu_on = bool(iommu.get("units") or iommu.get("groups"))
+    # with the IOMMU off the kernel leaves ACS as firmware set it: a clean port stays clean
+    want = disable_acs_redir_value(redirectable) if redirectable and (iommu_on or bad) else None
     have = persisted_acs_redir(persisted)
     covered = want is None or (have is not None and set(want.split(";")) <= set(have.split(";")))
     if not bad and covered and not ours_unit:

@@ -128,15 +128,15 @@ def test_reboot_rollout_stops_at_the_first_host_that_comes_back_unhealthy(make_l
     data["hostname"] = "pve-gpu2"
     second.write_text(yaml.safe_dump(data))
     lab = make_lab(SEED_HOST, second)
-    # pve-gpu1's dkms registration is gone: the kernel fix installs no headers, and the
-    # new kernel boots without the NVIDIA driver
-    lab.ssh("pve-gpu1", "rm -r /var/lib/dkms/nvidia")
+    # on pve-gpu1 a tuning service turns NUMA balancing back on at every boot, behind
+    # sysctl.d's back: the fix passes until the reboot shows it
+    unit = "[Service]\nType=oneshot\nExecStart=/sbin/sysctl -w kernel.numa_balancing=1\n[Install]\nWantedBy=multi-user.target\n"
+    lab.ssh("pve-gpu1", f"printf '{unit}' > /etc/systemd/system/vendor-tuning.service && systemctl enable vendor-tuning")
     boot2 = lab.status("pve-gpu2")["boot_id"]
-    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed", "--controls", "kernel.version,nvidia.driver")
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed", "--controls", "kernel.version,numa.balancing")
     assert run.rc == 3, run.stdout + run.stderr
     host1 = run.report["hosts"]["pve-gpu1"]
-    assert "did not come back healthy after the reboot" in host1["error"] and "nvidia.driver is manual" in host1["error"]
-    assert run.finding("pve-gpu1", "nvidia.driver")["before"] == "pass"
+    assert "did not come back healthy after the reboot" in host1["error"] and "numa.balancing is drift" in host1["error"]
     assert "roll-out stopped: pve-gpu2 was not rebooted" in run.stderr
     assert lab.status("pve-gpu2")["boot_id"] == boot2
-    assert run.status("pve-gpu2") == {"kernel.version": "pending_reboot", "nvidia.driver": "pass"}
+    assert run.status("pve-gpu2") == {"kernel.version": "pending_reboot", "numa.balancing": "pass"}

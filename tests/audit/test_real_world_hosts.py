@@ -1,0 +1,182 @@
+"""Hosts shaped like real ones that the lab's first beliefs got wrong: each audited, fixed
+through its reboots, fixed again (the second fix changes nothing and reboots nothing),
+rebooted once more and audited. Files a fix edits keep every byte it did not mean to
+change; no container gains a GPU."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import SPECS, gpuhost, inventory_with
+from gpuhost import lxcconf
+
+
+def boot_id(lab, host: str) -> str:
+    return lab.out(host, "cat /proc/sys/kernel/random/boot_id")
+
+
+def cycle(lab, host: str, inventory, found: dict[str, str], healthy: set[str] = frozenset({"pass", "na"})):
+    """audit -> fix --reboot if-needed -> fix again -> reboot -> audit; returns the reports."""
+    audit = gpuhost("audit", "-i", str(inventory))
+    got = audit.status(host)
+    assert {c: got[c] for c in found} == found, audit.stderr
+    fix = gpuhost("fix", "-i", str(inventory), "--yes", "--reboot", "if-needed")
+    assert fix.report is not None, fix.stderr
+    after = fix.status(host)
+    assert set(after.values()) <= set(healthy), (after, fix.stderr[-2000:])
+    disk, boot = lab.disk(host), boot_id(lab, host)
+    again = gpuhost("fix", "-i", str(inventory), "--yes", "--reboot", "if-needed")
+    assert again.changed(host) == set(), again.stderr
+    assert boot_id(lab, host) == boot, "a second fix rebooted the host"
+    assert lab.disk(host) == disk, "a second fix wrote to the host"
+    lab.reboot(host)
+    final = gpuhost("audit", "-i", str(inventory))
+    assert final.status(host) == after, final.stderr
+    return audit, fix, final
+
+
+def test_proxmox_zfs_on_grub_esps_edits_what_grub_reads(make_lab):
+    lab = make_lab(SPECS / "pve-zfs-grub.yml")
+    host = "pve-zfs-grub"
+    kernel_cmdline = lab.out(host, "cat /etc/kernel/cmdline")
+    grub_main = lab.out(host, "cat /etc/default/grub")
+    assert "configured with: grub" in lab.out(host, "proxmox-boot-tool status")
+    assert lab.out(host, "cat /proc/cmdline").startswith("BOOT_IMAGE=")
+    audit, fix, _ = cycle(lab, host, lab.inventory, {
+        "cpu.driver": "drift", "iommu.mode": "drift", "kernel.version": "drift", "kernel.reboot_pending": "pass"})
+    assert fix.rc == 0, fix.stderr[-2000:]
+    # GRUB reads its drop-in; /etc/kernel/cmdline, which nothing reads, is untouched
+    dropin = lab.out(host, "cat /etc/default/grub.d/gpuhost.cfg")
+    assert "amd_pstate=active" in dropin and "iommu=pt" in dropin
+    assert lab.out(host, "cat /etc/kernel/cmdline") == kernel_cmdline
+    assert lab.out(host, "cat /etc/default/grub") == grub_main
+    cmdline = lab.out(host, "cat /proc/cmdline")
+    assert cmdline.startswith("BOOT_IMAGE=/boot/vmlinuz-6.14.11-4-pve ") and "amd_pstate=active" in cmdline
+    assert lab.out(host, "cat /sys/devices/system/cpu/cpufreq/policy0/scaling_driver") == "amd-pstate-epp"
+
+
+def test_debian_epyc_7003_gets_its_own_flavour_and_amd_pstate_on_the_new_kernel(make_lab):
+    lab = make_lab(SPECS / "epyc7003-deb12.yml")
+    host = "epyc7003-deb12"
+    assert "cppc" not in lab.out(host, "grep -m1 flags /proc/cpuinfo").split(), "shared-memory CPPC shows no flag"
+    assert lab.ssh(host, "test -d /sys/devices/system/cpu/cpu0/acpi_cppc").returncode == 0
+    inv = inventory_with(lab, {host: {"gpuhost_kernel_min_version": "6.12"}})
+    plain = gpuhost("audit", "-i", str(lab.inventory), "--controls", "cpu.driver,nvidia.persistence")
+    assert plain.status(host) == {"cpu.driver": "manual", "nvidia.persistence": "pass"}
+    assert "older than 6.3" in plain.finding(host, "cpu.driver")["message"]
+    audit, fix, _ = cycle(lab, host, inv, {"cpu.driver": "drift", "kernel.version": "drift", "nvidia.persistence": "pass"})
+    assert fix.rc == 0, fix.stderr[-2000:]
+    assert lab.out(host, "uname -r") == "6.12.9-amd64", "the -amd64 flavour, never -cloud or -rt"
+    installed = lab.out(host, "dpkg-query -W -f='${Package}\\n' 'linux-image-6.12*'").split()
+    assert installed == ["linux-image-6.12.9-amd64"]
+    assert lab.ssh(host, "test -e /lib/modules/6.12.9-amd64/updates/dkms/nvidia.ko").returncode == 0
+    assert lab.out(host, "cat /sys/devices/system/cpu/amd_pstate/status") == "active"
+    assert lab.out(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader") == "Enabled"
+
+
+def test_a_driver_that_does_not_build_for_the_new_kernel_is_never_booted(make_lab, tmp_path):
+    import yaml
+    data = yaml.safe_load((SPECS / "pve-zfs-grub.yml").read_text())
+    data["nvidia"]["builds_up_to"] = "6.11"
+    data["boot"]["loader"] = "systemd-boot"
+    spec = tmp_path / "old-driver.yml"
+    spec.write_text(yaml.safe_dump(data))
+    lab = make_lab(spec)
+    host = "pve-zfs-grub"
+    before = boot_id(lab, host)
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed", "--controls", "kernel.version")
+    assert fix.status(host) == {"kernel.version": "manual"}, fix.stderr[-2000:]
+    assert "did not build" in fix.finding(host, "kernel.version")["message"]
+    assert boot_id(lab, host) == before, "never rebooted into a kernel without the NVIDIA module"
+    # the running kernel stays the default (pinned and refreshed), so an operator's reboot keeps the GPUs
+    lab.reboot(host)
+    assert lab.out(host, "uname -r") == "6.8.12-4-pve"
+    assert lab.ssh(host, "nvidia-smi -L").returncode == 0
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed", "--controls", "kernel.version")
+    assert again.changed(host) == set() and again.status(host) == {"kernel.version": "manual"}
+
+
+def test_containers_splitting_gpus_keep_their_share(make_lab):
+    lab = make_lab(SPECS / "pve-split-gpus.yml")
+    host = "pve-split"
+    confs = {v: lab.out(host, f"cat /etc/pve/lxc/{v}.conf") + "\n" for v in (201, 202, 203)}
+    audit, fix, _ = cycle(lab, host, lab.inventory, {"lxc.gpu_passthrough": "drift"})
+    assert fix.rc == 0 and fix.changed(host) == {"lxc.gpu_passthrough"}, fix.stderr[-2000:]
+    msg = audit.finding(host, "lxc.gpu_passthrough")["observed"]
+    assert "202: " in msg and "201" not in msg and "203" not in msg
+    after = {v: lab.out(host, f"cat /etc/pve/lxc/{v}.conf") + "\n" for v in (201, 202, 203)}
+    assert after[201] == confs[201] and after[203] == confs[203], "complete containers are left alone"
+    for vmid in (201, 202, 203):
+        before_gpus = lxcconf.inspect(str(vmid), confs[vmid]).gpu_nodes
+        assert lxcconf.inspect(str(vmid), after[vmid]).gpu_nodes == before_gpus, f"{vmid} gained or lost a GPU"
+    # 202: the stale 509 replaced in place by the current uvm major, v1 keys kept, uvm-tools added;
+    # every other byte as it was
+    assert after[202] == confs[202].replace("lxc.cgroup2.devices.allow: c 509:* rwm", "lxc.cgroup2.devices.allow: c 505:* rwm") \
+        + "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file\n"
+    assert lab.ssh(host, "ls /etc/pve/lxc/ | grep -v '\\.conf$'", check=False).stdout == "", "no temporary file in /etc/pve"
+
+
+def test_ubuntu_splash_and_intel_idle(make_lab):
+    lab = make_lab(SPECS / "ubuntu-splash.yml")
+    host = "ubuntu-splash"
+    assert "vt.handoff=7" in lab.out(host, "cat /proc/cmdline")
+    audit, fix, _ = cycle(lab, host, lab.inventory, {
+        "kernel.reboot_pending": "pass", "cpu.governor": "pass", "cpu.cstates": "drift", "nvidia.persistence": "drift",
+        "cpu.driver": "pass", "iommu.mode": "pass"})
+    assert fix.rc == 0, fix.stderr[-2000:]
+    assert fix.changed(host) == {"cpu.cstates", "nvidia.persistence"}
+    # Ubuntu's unit has no [Install]: the udev rule starts it; gpuhost's drop-in drops the flag
+    assert lab.out(host, "cat /lib/systemd/system/nvidia-persistenced.service").count("--no-persistence-mode") == 1
+    assert lab.out(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader") == "Enabled"
+
+
+def test_blackwell_on_the_proprietary_module_is_for_a_person(make_lab):
+    lab = make_lab(SPECS / "blackwell-proprietary.yml")
+    host = "bw-proprietary"
+    assert lab.ssh(host, "nvidia-smi -L", check=False).stdout.strip() == "No devices were found"
+    audit = gpuhost("audit", "-i", str(lab.inventory))
+    f = audit.finding(host, "nvidia.driver")
+    assert f["status"] == "manual" and "open kernel modules" in f["message"] and "mismatch" not in f["message"]
+    assert audit.status(host)["nvidia.persistence"] == "na"
+    disk = lab.disk(host)
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
+    assert fix.rc == 2 and fix.changed(host) == set() and lab.disk(host) == disk
+
+
+def test_a_vendor_persistence_unit_gets_a_dropin_never_a_replacement(make_lab):
+    lab = make_lab(SPECS / "vendor-persistenced.yml")
+    host = "vendor-pd"
+    vendor = lab.out(host, "cat /lib/systemd/system/nvidia-persistenced.service")
+    override = lab.out(host, "cat /etc/systemd/system/nvidia-persistenced.service.d/override.conf")
+    audit, fix, _ = cycle(lab, host, lab.inventory, {"nvidia.persistence": "drift"})
+    assert fix.rc == 0 and fix.changed(host) == {"nvidia.persistence"}, fix.stderr[-2000:]
+    assert lab.out(host, "cat /lib/systemd/system/nvidia-persistenced.service") == vendor
+    assert lab.out(host, "cat /etc/systemd/system/nvidia-persistenced.service.d/override.conf") == override
+    assert lab.ssh(host, "test -e /etc/systemd/system/nvidia-persistenced.service", check=False).returncode == 1
+    assert lab.out(host, "readlink /etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service") \
+        == "/lib/systemd/system/nvidia-persistenced.service"
+    assert lab.out(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader") == "Enabled"
+
+
+def test_acs_on_a_switch_with_a_nic_is_cleared_before_iommu_groups_form(make_lab):
+    lab = make_lab(SPECS / "switch-nic.yml")
+    host = "switch-nic"
+    ports = "setpci -s 02:00.0 ECAP_ACS+6.w; setpci -s 02:01.0 ECAP_ACS+6.w; setpci -s 02:02.0 ECAP_ACS+6.w"
+    assert lab.out(host, ports).split() == ["001d"] * 3, "the kernel sets redirect with the IOMMU on"
+    audit, fix, _ = cycle(lab, host, lab.inventory, {"pcie.acs": "drift", "iommu.mode": "pass"})
+    assert fix.rc == 0, fix.stderr[-2000:]
+    assert "02:02.0" in audit.finding(host, "pcie.acs")["observed"], "the NIC's port counts"
+    assert "pci=disable_acs_redir=pci:1000:c030" in lab.out(host, "cat /proc/cmdline")
+    assert lab.out(host, ports).split() == ["0011"] * 3
+    assert lab.out(host, "setpci -s 00:01.1 ECAP_ACS+6.w") == "001d", "root ports are left alone"
+
+
+def test_a_vm_host_keeps_acs_and_loses_the_old_unit(make_lab):
+    lab = make_lab(SPECS / "pve-vm-host.yml")
+    host = "pve-vmhost"
+    audit, fix, final = cycle(lab, host, lab.inventory, {
+        "pcie.acs": "drift", "nvidia.driver": "na", "pcie.mrrs": "na", "iommu.mode": "pass"})
+    assert fix.rc == 0, fix.stderr[-2000:]
+    assert "hostpci in VM 110" in audit.finding(host, "pcie.acs")["message"]
+    assert final.status(host)["pcie.acs"] == "na"
+    assert lab.ssh(host, "test -e /etc/systemd/system/gpuhost-pcie-acs.service", check=False).returncode == 1
+    assert lab.out(host, "setpci -s 02:00.0 ECAP_ACS+6.w") == "001d", "isolation kept after the reboot"
