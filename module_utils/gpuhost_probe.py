@@ -241,9 +241,14 @@ class Probe:
             tool = self.p("/usr/sbin/proxmox-boot-tool")
             if os.path.exists(tool):
                 rc, out, _ = self._run([tool, "status"])
-                modes = re.findall(r"is configured with: (uefi|grub)", out or "") if rc == 0 else []
-            if not modes:      # no status to read: what booted is the evidence
-                modes = ["grub" if booted_grub else "uefi"]
+                # "<uuid> is configured with: uefi (versions: ...)[, grub (versions: ...)]"
+                for line in (out or "").splitlines() if rc == 0 else []:
+                    if "is configured with:" in line:
+                        kinds = set(re.findall(r"\b(uefi|grub) \(versions", line))
+                        modes.append("both" if len(kinds) == 2 else (kinds.pop() if kinds else "unknown"))
+            if not modes or set(modes) - {"uefi", "grub"}:
+                # no status to read, or an ESP set up for both: what booted is the evidence
+                return ("grub-esp" if booted_grub else "systemd-boot"), modes
             if set(modes) == {"grub"}:
                 return "grub-esp", modes
             if set(modes) == {"uefi"}:

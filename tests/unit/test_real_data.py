@@ -1,0 +1,188 @@
+"""The probe and the judgement on outputs from real machines (sources in
+tests/real_data/SOURCES.md). Expected values are the source's own text: lspci's decoded
+lines for the config-space dumps, the posted strings and files for the rest."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import scenarios
+from gpuhost import controls, lxcconf
+
+DATA = Path(__file__).resolve().parents[1] / "real_data"
+probe = scenarios.probe
+
+
+def dumps(name: str) -> dict[str, bytes]:
+    """BDF -> config space bytes, from an lspci -vvv -xxxx text."""
+    out, current = {}, None
+    for line in (DATA / "pciutils" / name).read_text().splitlines():
+        m = re.match(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) ", line)
+        if m:
+            current = m.group(1)
+            out[current] = bytearray()
+            continue
+        m = re.match(r"^([0-9a-f]{2,3}): ((?:[0-9a-f]{2} ?){16})$", line)
+        if m and current is not None:
+            assert int(m.group(1), 16) == len(out[current]), f"{name} {current}: hex lines out of order"
+            out[current] += bytes.fromhex(m.group(2))
+    return {k: bytes(v) for k, v in out.items()}
+
+
+# (file, BDF, what lspci decoded from the same bytes)
+PCI_CASES = [
+    # Sunrise Point-LP root port: "Express (v2) Root Port", DevCap MaxPayload 256, DevCtl MaxPayload 256
+    # MaxReadReq 128, LnkCap 8GT/s x4, LnkSta 8GT/s x4, ACSCtl all -, ACSCap ReqRedir+ CmpltRedir+
+    ("cap-exp-lnkcap2", "00:1c.0", dict(port_type=4, mps_supported=256, mps=256, mrrs=128,
+                                        link_cap={"gen": 3, "width": 4}, link_sta={"gen": 3, "width": 4}, acs_ctrl=0x0000)),
+    # GP108M [GeForce MX150]: "Express (v2) Endpoint", MaxPayload 256, MaxReadReq 512, 8GT/s x4
+    ("cap-exp-lnkcap2", "02:00.0", dict(port_type=0, mps_supported=256, mps=256, mrrs=512,
+                                        link_cap={"gen": 3, "width": 4}, link_sta={"gen": 3, "width": 4})),
+    # JHL6240 Thunderbolt 3 bridge: "Express (v2) Downstream Port", MaxPayload 128, MaxReadReq 512, 2.5GT/s x4
+    ("cap-exp-lnkcap2", "08:00.0", dict(port_type=6, mps_supported=128, mps=128, mrrs=512,
+                                        link_cap={"gen": 1, "width": 4}, link_sta={"gen": 1, "width": 4})),
+    # Haswell-E root port: ACSCtl SrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ (0x1f), 8GT/s x8
+    ("cap-aer-root", "00:02.0", dict(port_type=4, mps=256, mrrs=128, link_cap={"gen": 3, "width": 8},
+                                     link_sta={"gen": 3, "width": 8}, acs_ctrl=0x001F)),
+    # ConnectX-3 Pro: Endpoint, DevCap MaxPayload 256, MaxReadReq 512, 8GT/s x8
+    ("cap-aer-root", "03:00.0", dict(port_type=0, mps_supported=256, mps=256, mrrs=512,
+                                     link_cap={"gen": 3, "width": 8}, link_sta={"gen": 3, "width": 8})),
+    # PLX 10b5:9716 downstream port, dumped as 256 bytes: DevCap MaxPayload 1024, DevCtl MaxPayload 128
+    # MaxReadReq 128, 8GT/s x4; its ACS capability lies beyond the dump
+    ("cap-dpc", "05:01.0", dict(port_type=6, mps_supported=1024, mps=128, mrrs=128,
+                                link_cap={"gen": 3, "width": 4}, link_sta={"gen": 3, "width": 4})),
+    # QuickPath root port: LnkCap 5GT/s x4, LnkSta 2.5GT/s x4, ACSCtl all -
+    ("cap-pcie-1", "00:01.0", dict(port_type=4, mps=256, mrrs=128, link_cap={"gen": 2, "width": 4},
+                                   link_sta={"gen": 1, "width": 4}, acs_ctrl=0x0000)),
+    # Intel 10c9 NIC: DevCap MaxPayload 512, DevCtl MaxPayload 256, MaxReadReq 512, 2.5GT/s x4
+    ("cap-pcie-2", "01:00.0", dict(port_type=0, mps_supported=512, mps=256, mrrs=512,
+                                   link_cap={"gen": 1, "width": 4}, link_sta={"gen": 1, "width": 4})),
+    # 8086:9d10 root port: LnkCap 8GT/s x1, LnkSta 5GT/s (downgraded) x1
+    ("cap-exp-dev2", "00:1c.0", dict(port_type=4, mrrs=128, link_cap={"gen": 3, "width": 1},
+                                     link_sta={"gen": 2, "width": 1}, acs_ctrl=0x0000)),
+]
+
+
+@pytest.mark.parametrize("name, bdf, expected", PCI_CASES, ids=[f"{c[0]}-{c[1]}" for c in PCI_CASES])
+def test_config_space_of_real_devices(name, bdf, expected):
+    regs = probe.parse_config(dumps(name)[bdf])
+    for key, value in expected.items():
+        assert regs.get(key) == value, (key, regs.get(key), value)
+
+
+def test_a_256_byte_dump_has_no_acs_and_the_judgement_says_unknown():
+    cfg = dumps("cap-dpc")["05:01.0"]
+    assert len(cfg) == 256 and "acs_ctrl" not in probe.parse_config(cfg)
+    # the PLX port above a GPU, read as 256 bytes: ACS is unknown, never "no switch"
+    up = {"bdf": "0000:04:00.0", "port_type": 5, "parent": None, "config_size": 4096}
+    port = {"bdf": "0000:05:01.0", "parent": "0000:04:00.0", "vendor": 0x10B5, "device": 0x9716,
+            "config_size": len(cfg), **probe.parse_config(cfg)}
+    gpu = {"bdf": "0000:06:00.0", "parent": "0000:05:01.0", "vendor": 0x10DE, "class": 0x030200, "config_size": 4096}
+    facts = {"pci": [up, port, gpu], "boot": {"cmdline": "", "persisted_cmdline": ""}, "iommu": {"units": [], "groups": 0}}
+    f = controls.evaluate(facts, {"controls": ["pcie.acs"]})["pcie.acs"]
+    assert f["status"] == "error" and "256 bytes" in f["message"]
+
+
+def test_a_real_gpu_with_maxreadreq_512_is_drift_and_the_fix_names_it_exactly():
+    cfg = dumps("cap-exp-lnkcap2")["02:00.0"]
+    gpu = {"bdf": "0000:02:00.0", "parent": "0000:00:1c.0", "vendor": 0x10DE, "device": 0x1D10, "class": 0x030200,
+           "driver": "nvidia", **probe.parse_config(cfg)}
+    f = controls.evaluate({"pci": [gpu]}, {"controls": ["pcie.mrrs"]})["pcie.mrrs"]
+    assert f["status"] == "drift" and f["observed"] == "512 bytes"
+    assert f["fix"]["commands"] == ["setpci -s 0000:02:00.0 -d 10de:1d10 CAP_EXP+8.w=5000:7000"]
+
+
+NVIDIA_VERSIONS = [
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  525.60.11  Release Build  (archlinux-builder@localhost)  \n"
+     "GCC version:  gcc version 12.2.0 (GCC) \n", "525.60.11", "open"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  565.57.01  Release Build  (dvs-builder@U16-A24-9-2)  "
+     "Thu Oct 10 12:15:00 UTC 2024\nGCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n", "565.57.01", "open"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  555.58  Release Build  (portage@localhost)  "
+     "Сб 29 июн 2024 14:36:22 MSK\n", "555.58", "open"),
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  384.98  Thu Oct 26 15:16:01 PDT 2017\n"
+     "GCC version:  gcc version 7.2.0 (Ubuntu 7.2.0-8ubuntu3) \n", "384.98", "proprietary"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  35.3.1  Release Build  (buildbrain@mobile-u64-6289-d7000)  "
+     "Sun Mar 19 08:09:33 PDT 2023\nGCC version:  gcc version 9.3.0 (Buildroot 2020.08) \n", "35.3.1", "open"),
+]
+
+
+@pytest.mark.parametrize("text, version, flavor", NVIDIA_VERSIONS, ids=[v[1] for v in NVIDIA_VERSIONS])
+def test_proc_driver_nvidia_version_from_real_hosts(tmp_path, text, version, flavor):
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia/version").write_text(text)
+    nv = probe.Probe(str(tmp_path), run=lambda argv: (127, "", "")).probe_nvidia()
+    assert (nv["module"], nv["flavor"]) == (version, flavor)
+
+
+def devices(text: str) -> dict[int, str]:
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(\d+) (\S+)$", line)
+        if m:
+            out[int(m.group(1))] = m.group(2)
+    return out
+
+
+def test_imex_and_caps_majors_from_a_real_host_are_told_apart():
+    # dra-driver-nvidia-gpu#304: 234 nvidia-caps-imex-channels, 511 nvidia-caps (nvidia-cap1 is 511,1)
+    host = devices("Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n505 nvidia-uvm\n511 nvidia-caps\n")
+    assert lxcconf.nvidia_majors(host)["nvidia-caps"] == 511
+    conf = ("lxc.cgroup2.devices.allow: c 195:* rwm\nlxc.cgroup2.devices.allow: c 505:* rwm\n"
+            "lxc.cgroup2.devices.allow: c 234:* rwm\n"
+            "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+            "lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file\n"
+            "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file\n"
+            "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file\n"
+            "lxc.mount.entry: /dev/nvidia-caps/nvidia-cap1 dev/nvidia-caps/nvidia-cap1 none bind,optional,create=file\n")
+    probs = lxcconf.problems(lxcconf.inspect("1", conf), host)
+    # the caps node needs the caps major (511), not the IMEX one (234), which is live and stays
+    assert probs == ["missing allow c 511:* (nvidia-caps)"]
+    fixed = lxcconf.repair(conf, host)
+    assert "c 234:* rwm" in fixed and fixed.endswith("lxc.cgroup2.devices.allow: c 511:* rwm\n")
+
+
+def test_nvidia_frontend_name_of_older_drivers_is_still_major_195():
+    # nvidia-container-toolkit#324: before 550.40 /proc/devices said "195 nvidia-frontend"
+    host = devices("Character devices:\n195 nvidia-frontend\n236 nvidia-caps\n510 nvidia-uvm\n")
+    text = (DATA / "lxc/ollama-220.conf").read_text().replace("c 506:", "c 510:")
+    pt = lxcconf.inspect("220", text)
+    assert pt.gives_gpus
+    assert lxcconf.problems(pt, host) == ["missing allow c 236:* (nvidia-caps)", "missing mount /dev/nvidia-caps"]
+
+
+def test_a_posted_container_config_is_judged_on_its_own_gpu():
+    text = (DATA / "lxc/ollama-220.conf").read_text()
+    pt = lxcconf.inspect("220", text)
+    assert pt.gpu_nodes == ["dev/nvidia0"]
+    # on the poster's host (nvidia-uvm 506, no nvidia-caps): complete
+    assert lxcconf.problems(pt, {195: "nvidia", 506: "nvidia-uvm"}) == []
+    # after a driver reload gave nvidia-uvm 511: the stale 506 is replaced in place, nothing else moves
+    moved = {195: "nvidia", 511: "nvidia-uvm"}
+    assert lxcconf.problems(pt, moved) == ["missing allow c 511:* (nvidia-uvm)", "stale allow c 506:*"]
+    fixed = lxcconf.repair(text, moved)
+    assert fixed == text.replace("lxc.cgroup2.devices.allow: c 506:* rwm", "lxc.cgroup2.devices.allow: c 511:* rwm")
+    assert lxcconf.inspect("220", fixed).gpu_nodes == ["dev/nvidia0"], "no GPU added"
+
+
+def test_nvidias_unit_template_turns_persistence_on(tmp_path):
+    unit = (DATA / "nvidia/nvidia-persistenced.service.template").read_text()
+    (tmp_path / "lib/systemd/system").mkdir(parents=True)
+    (tmp_path / "lib/systemd/system/nvidia-persistenced.service").write_text(unit)
+    u = probe.Probe(str(tmp_path), run=lambda argv: (127, "", "")).effective_unit("nvidia-persistenced.service")
+    assert u["exec_start"] == ["/usr/bin/nvidia-persistenced --user __USER__"] and u["installable"]
+    facts = {"nvidia": {"gpus": [{"bdf": "0000:01:00.0", "persistence": True}]},
+             "units": {"nvidia-persistenced.service": {**u, "enabled": True}}}
+    assert controls.evaluate(facts, {"controls": ["nvidia.persistence"]})["nvidia.persistence"]["status"] == "pass"
+
+
+def test_a_posted_proxmox_grub_line_is_read_without_running_it(tmp_path):
+    # r-pufky's Proxmox /etc/default/grub line
+    (tmp_path / "etc/default").mkdir(parents=True)
+    (tmp_path / "etc/default/grub").write_text(
+        'GRUB_DEFAULT=0\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
+        'GRUB_CMDLINE_LINUX_DEFAULT="quiet amd_iommu=on iommu=pt"\nGRUB_CMDLINE_LINUX=""\n')
+    p = probe.Probe(str(tmp_path), run=lambda argv: pytest.fail(f"ran {argv}"))
+    assert p._grub_cmdline() == "quiet amd_iommu=on iommu=pt"
+    assert controls.params(p._grub_cmdline())["iommu"] == "pt"
