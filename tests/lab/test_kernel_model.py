@@ -74,7 +74,7 @@ def test_new_kernel_without_headers_loses_the_nvidia_driver(make_lab):
     # pinning the old kernel brings the driver back
     # without a terminal the pin is only recorded; the ESPs change at the next refresh
     out = lab.out("pve-gpu1", "proxmox-boot-tool kernel pin 6.8.12-4-pve")
-    assert "proxmox-boot-tool refresh" in out
+    assert "Use the 'refresh' command to update the ESPs." in out
     lab.reboot_inside("pve-gpu1")
     assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve", "a pin without refresh boots nothing"
     lab.ssh("pve-gpu1", "proxmox-boot-tool refresh")

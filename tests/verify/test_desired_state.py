@@ -107,9 +107,19 @@ def test_kernel_version(view: View):
 def test_kernel_reboot_pending(view: View):
     if not host_level(view):
         return
-    if view.host.file("/etc/kernel/proxmox-boot-uuids").exists and view.host.file("/etc/kernel/cmdline").exists:
+    running = [p for p in view.cmdline if not p.startswith(("BOOT_IMAGE=", "initrd=", "vt.handoff="))]
+    if not view.cmdline[0].startswith("BOOT_IMAGE="):
+        # systemd-boot (no BOOT_IMAGE=): it reads /etc/kernel/cmdline
         persisted = view.read("/etc/kernel/cmdline").split()
-        assert all(p in view.cmdline for p in persisted), "the next boot's command line is not the running one"
+    elif view.host.file("/etc/kernel/proxmox-boot-uuids").exists:
+        return      # GRUB on proxmox-boot-tool ESPs: its grub.cfg lives on the ESPs
+    else:
+        release = view.read("/proc/sys/kernel/osrelease")
+        cfg = view.read("/boot/grub/grub.cfg")
+        line = re.search(rf"^\s*linux\s+\S*vmlinuz-{re.escape(release)}\s+(.*)$", cfg, re.M)
+        assert line, f"grub.cfg has no entry for the running kernel {release}"
+        persisted = [p for p in line.group(1).split() if not p.startswith("vt.handoff=")]
+    assert sorted(persisted) == sorted(running), "the next boot's command line is not the running one"
 
 
 def test_nvidia_driver(view: View):
@@ -124,10 +134,29 @@ def test_nvidia_driver(view: View):
 def test_nvidia_persistence(view: View):
     if not host_level(view) or not view.host.exists("nvidia-smi"):
         return
-    modes = view.host.check_output("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").split()
-    assert set(modes) <= {"Enabled"}
-    unit = view.host.file("/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service")
-    assert unit.exists and "--persistence-mode" in unit.content_string
+    res = view.host.run("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
+    if "No devices were found" in res.stdout:
+        return
+    assert set(res.stdout.split()) <= {"Enabled"}
+    # the unit as systemd reads it (systemd.unit(5)): the first file in the unit path, then the
+    # drop-ins of every unit directory by file name; an empty ExecStart= resets the list
+    name = "nvidia-persistenced.service"
+    dirs = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
+            "/usr/lib/systemd/system")
+    unit = next((f"{d}/{name}" for d in dirs if view.host.file(f"{d}/{name}").exists), None)
+    assert unit, f"no {name}"
+    dropins = {}
+    for d in reversed(dirs):
+        for path in view.host.run(f"ls {d}/{name}.d/*.conf 2>/dev/null").stdout.split():
+            dropins[path.rsplit("/", 1)[1]] = path
+    text = "\n".join(view.host.file(p).content_string for p in [unit] + [dropins[k] for k in sorted(dropins)])
+    execs = [line.split("=", 1)[1].strip() for line in text.splitlines() if line.strip().startswith("ExecStart=")]
+    while "" in execs:
+        execs = execs[execs.index("") + 1:]
+    assert execs and "--no-persistence-mode" not in execs[-1], execs
+    enabled = view.host.run("systemctl is-enabled nvidia-persistenced.service").stdout.strip() == "enabled"
+    by_udev = view.host.run("grep -ls 'SYSTEMD_WANTS.*nvidia-persistenced' /etc/udev/rules.d/* /lib/udev/rules.d/*").rc == 0
+    assert enabled or by_udev, "nothing starts nvidia-persistenced at boot"
 
 
 def test_lxc_gpu_passthrough(view: View):
@@ -137,13 +166,20 @@ def test_lxc_gpu_passthrough(view: View):
     majors = {m.group(2): m.group(1) for m in re.finditer(r"^\s*(\d+) (nvidia\S*)$", devices, re.M)}
     for conf in view.host.run("ls /etc/pve/lxc/*.conf 2>/dev/null").stdout.split():
         main = view.host.file(conf).content_string.split("\n[")[0]
-        if "/dev/nvidia" not in main:
+        mounted = re.findall(r"^lxc\.mount\.entry:\s*\S+\s+/?(dev/nvidia\S*)", main, re.M)
+        devn = [p.lstrip("/") for p in re.findall(r"^dev\d+:\s*(?:path=)?(/dev/nvidia[^,\s]*)", main, re.M)]
+        if not [n for n in mounted + devn if re.match(r"^dev/nvidia\d+$", n)]:
             continue
-        for name in ("nvidia", "nvidia-uvm", "nvidia-caps"):
-            if name in majors:
-                assert re.search(rf"^lxc\.cgroup2\.devices\.allow: c {majors[name]}:\* rwm$", main, re.M), f"{conf}: {name}"
-        for node in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps"):
-            assert f"/dev/{node} dev/{node}" in main, f"{conf}: {node}"
+        allow_all = re.search(r"^lxc\.cgroup2\.devices\.allow:\s*a\s*$", main, re.M)
+        for node in mounted:        # a bind mount needs a cgroup2 allow of its major; devN: brings its own
+            name = "nvidia-caps" if "caps" in node else "nvidia-uvm" if "uvm" in node else "nvidia"
+            major = majors.get(name) or ("195" if name == "nvidia" else None)
+            if major and not allow_all:
+                assert re.search(rf"^lxc\.cgroup2\.devices\.allow: c {major}:\* rwm$", main, re.M), f"{conf}: {node}"
+        for node in ("dev/nvidiactl", "dev/nvidia-uvm", "dev/nvidia-uvm-tools"):
+            assert node in mounted + devn, f"{conf}: {node}"
+        if "nvidia-caps" in majors:
+            assert any(n.startswith("dev/nvidia-caps") for n in mounted + devn), f"{conf}: nvidia-caps"
 
 
 def test_storage_scheduler(view: View):
