@@ -219,7 +219,18 @@ class Probe:
         headers = [k for k in installed if os.path.isdir(self.p("/usr/src/linux-headers-" + k))
                    or os.path.isdir(self.p("/lib/modules/%s/build" % k))]
         releases = set(filter(None, [running, default]))
-        return {"cmdline": cmdline, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
+        m = re.search(r"^btime (\d+)", self.read("/proc/stat") or "", re.M)
+        sources = ["/etc/kernel/cmdline"] if loader == "systemd-boot" else \
+            ["/etc/default/grub"] + [self.rel(p) for p in self.glob("/etc/default/grub.d/*.cfg")]
+        if default:
+            sources.append("/boot/vmlinuz-" + default)
+        mtimes = {}
+        for path in sources:
+            try:
+                mtimes[path] = int(os.stat(self.p(path)).st_mtime)
+            except OSError:
+                pass
+        return {"cmdline": cmdline, "boot_time": int(m.group(1)) if m else None, "mtimes": mtimes, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
                 "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
                 "pinned_kernel": pin, "kernels_with_headers": headers, "grub_default": grub_default,
                 "default_governor": dict((k, self._config_governor(k)) for k in releases),

@@ -590,6 +590,23 @@ def kernel_version(h: Host) -> Finding:
     return Finding(cid, "drift", running, f">= {minimum}", msg, reboot_required=True, fix=fix)
 
 
+def not_applied_by_this_boot(h: Host, next_kernel: str | None, cmdline_differs: bool) -> list[str]:
+    """What made a difference before the running boot started (/proc/stat btime) and still
+    makes it: the next kernel's image, or the command-line sources when none of them
+    changed since. That boot should have applied it and did not."""
+    btime, mtimes = h.boot.get("boot_time"), h.boot.get("mtimes") or {}
+    if not btime:
+        return []
+    old = {p for p, t in mtimes.items() if t < btime - 5}
+    stale = []
+    if next_kernel and f"/boot/vmlinuz-{next_kernel}" in old:
+        stale.append(f"/boot/vmlinuz-{next_kernel}")
+    sources = [p for p in mtimes if not p.startswith("/boot/vmlinuz-")]
+    if cmdline_differs and sources and all(p in old for p in sources):
+        stale += sorted(sources)
+    return stale
+
+
 # parameters boot loaders add themselves: Ubuntu's GRUB adds vt.handoff=7 with `splash`
 # (/etc/grub.d/10_linux); never in a config file, so never a difference
 ADDED_BY_LOADER = ("vt.handoff",)
@@ -618,6 +635,13 @@ def kernel_reboot_pending(h: Host) -> Finding:
     if diffs:
         why.append("the next boot's command line differs: " + " ".join(diffs))
     if why:
+        stale = not_applied_by_this_boot(h, default if default and running != default else None, bool(diffs))
+        if stale:
+            # no fix loop: the boot that should have applied it did not
+            return Finding(cid, "manual", observed, expected,
+                           "; ".join(why) + f", but {', '.join(stale)} changed before this boot and the boot did not "
+                           "apply it: the boot loader does not read it, or its ESPs were not refreshed "
+                           "(proxmox-boot-tool refresh / update-grub); a reboot will not help")
         return Finding(cid, "pending_reboot", observed, expected, "; ".join(why) + " (reboot to apply)", True)
     return Finding(cid, "pass", observed, expected, "the running kernel and command line are what the next boot has")
 
