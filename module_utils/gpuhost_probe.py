@@ -227,7 +227,10 @@ class Probe:
         mtimes = {}
         for path in sources:
             try:
-                mtimes[path] = int(os.stat(self.p(path)).st_mtime)
+                # ctime, not mtime: dpkg keeps a package's mtimes (a kernel image installed
+                # today can carry last month's), the inode change time is when it landed
+                st = os.stat(self.p(path))
+                mtimes[path] = int(max(st.st_mtime, st.st_ctime))
             except OSError:
                 pass
         return {"cmdline": cmdline, "boot_time": int(m.group(1)) if m else None, "mtimes": mtimes, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
