@@ -70,7 +70,10 @@ class PlaybookRun:
                 seen_hosts.append(host)
             if kind == "runner_on_unreachable" and host:
                 res = data.get("res") or {}
-                result.unreachable[host] = str(res.get("msg") or "unreachable").strip().splitlines()[0]
+                msg = str(res.get("msg") or "unreachable")
+                if "Host key verification failed" in msg or "IDENTIFICATION HAS CHANGED" in msg:
+                    msg = f"host key for {host} does not match known_hosts (refused: check the key before trusting it)"
+                result.unreachable[host] = msg.strip().splitlines()[0]
             elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
                 res = data.get("res") or {}
                 msg = str(res.get("msg") or res.get("stderr") or "failed").strip().splitlines()
@@ -88,6 +91,9 @@ class PlaybookRun:
         if self.diff:
             cmdline.append("--diff")
         env = {"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+               # ansible-runner turns host key checking off unless told: a GPU host whose key
+               # changed is someone else's until an operator says otherwise
+               "ANSIBLE_HOST_KEY_CHECKING": "True",
                "ANSIBLE_ROLES_PATH": str(PROJECT / "roles"),
                "ANSIBLE_LIBRARY": str(PROJECT / "library"),
                "ANSIBLE_MODULE_UTILS": str(PROJECT / "module_utils"),

@@ -223,3 +223,21 @@ def test_containers_restart_only_when_told(make_lab):
             break
         time.sleep(0.2)
     assert lab.status("llm-two")["boot_id"] != boot, "container 129 was restarted"
+
+
+def test_a_changed_host_key_is_refused_and_nothing_is_touched(make_lab):
+    import subprocess
+
+    lab = make_lab(SPECS / "switch-host.yml")
+    known = lab.layout.known_hosts
+    other = lab.dir.parent / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    addr, kind, _ = known.read_text().split()[:3]
+    known.write_text(f"{addr} {kind} {other.with_suffix('.pub').read_text().split()[1]}\n")
+    disk = lab.disk("switch-host")
+    for mode in ("audit", "fix"):
+        run = gpuhost(mode, "-i", str(lab.inventory), *(["--yes"] if mode == "fix" else []))
+        assert run.rc == 3, run.stderr
+        host = run.report["hosts"]["switch-host"]
+        assert host["reachable"] is False and "host key for switch-host does not match known_hosts" in str(host), host
+    assert lab.disk("switch-host") == disk
