@@ -274,7 +274,7 @@ def run_verify(inventory: str | None, limit: str | None) -> int:
             "--rootdir", str(PROJECT / "tests/verify"), "-o", "addopts=", f"--hosts={hosts}", "-q", "-rf"]
     if inventory:
         args.append(f"--ansible-inventory={Path(inventory).resolve()}")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}")
     # stdin is never read; a CI runner's non-blocking stdin would make every ansible CLI
     # that testinfra starts refuse to run ("Ansible requires blocking IO").
