@@ -34,13 +34,32 @@ class Options:
 
 
 def parse_controls(text: str | None) -> list[str]:
-    if not text:
+    """--controls: None selects every control; anything given must name controls exactly
+    (an empty or blank selection must never widen to all of them)."""
+    if text is None:
         return []
-    ids = [c.strip() for c in text.split(",") if c.strip()]
+    ids = [c.strip() for c in text.split(",")]
+    if not any(ids):
+        raise BadInput(f"--controls: empty selection {text!r} (give control IDs, comma-separated)")
+    if not all(ids):
+        raise BadInput(f"--controls: empty item in {text!r}")
     for cid in ids:
         if cid not in BY_ID:
             raise BadInput(f"--controls: unknown control {cid!r} (known: {', '.join(BY_ID)})")
     return ids
+
+
+def parse_limit(text: str | None) -> str | None:
+    """--limit: None means every host; a given pattern must select something by its shape
+    ("", " ", ",", ":" would select every host in Ansible; an unclosed [ is a typo)."""
+    if text is None:
+        return None
+    pattern = text.strip()
+    if not pattern or not pattern.strip(",:&! "):
+        raise BadInput(f"--limit: empty pattern {text!r}")
+    if pattern.count("[") != pattern.count("]"):
+        raise BadInput(f"--limit: unbalanced [ ] in {text!r}")
+    return pattern
 
 
 class Progress:

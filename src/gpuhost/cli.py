@@ -94,9 +94,9 @@ def run_lab(args: argparse.Namespace) -> int:
 
 
 def run_app(args: argparse.Namespace) -> int:
-    from .app import App, Options, parse_controls
+    from .app import App, Options, parse_controls, parse_limit
 
-    opts = Options(inventory=args.inventory, limit=args.limit, controls=parse_controls(args.controls),
+    opts = Options(inventory=args.inventory, limit=parse_limit(args.limit), controls=parse_controls(args.controls),
                    json=args.json, junit=args.junit, html=args.html, diff=args.diff,
                    reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False))
     app = App(opts)
@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("audit", "fix"):
             return run_app(args)
         if args.command == "verify":
-            from .app import run_verify
+            from .app import parse_limit, run_verify
 
-            return run_verify(args.inventory, args.limit)
+            return run_verify(args.inventory, parse_limit(args.limit))
         raise UsageError(f"gpuhost: unknown command {args.command}")
     except (UsageError, BadInput) as exc:
         print(f"error: {exc}", file=sys.stderr)

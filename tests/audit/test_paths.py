@@ -241,3 +241,23 @@ def test_a_changed_host_key_is_refused_and_nothing_is_touched(make_lab):
         host = run.report["hosts"]["switch-host"]
         assert host["reachable"] is False and "host key for switch-host does not match known_hosts" in str(host), host
     assert lab.disk("switch-host") == disk
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--controls", "", "error: --controls: empty selection ''"),
+    ("--controls", " ", "error: --controls: empty selection ' '"),
+    ("--controls", ",", "error: --controls: empty selection ','"),
+    ("--controls", "cpu.driver,", "error: --controls: empty item in 'cpu.driver,'"),
+    ("--limit", "", "error: --limit: empty pattern ''"),
+    ("--limit", " ", "error: --limit: empty pattern ' '"),
+    ("--limit", ",", "error: --limit: empty pattern ','"),
+    ("--limit", ":", "error: --limit: empty pattern ':'"),
+    ("--limit", "pve-gpu[1", "error: --limit: unbalanced [ ] in 'pve-gpu[1'"),
+])
+def test_an_empty_selection_never_widens_to_everything(seed_lab, flag, value, message):
+    disk = seed_lab.disk("pve-gpu1")
+    for mode in ("audit", "fix"):
+        run = gpuhost(mode, "-i", str(seed_lab.inventory), flag, value, *(["--yes"] if mode == "fix" else []))
+        assert run.rc == 1 and run.stderr.startswith(message) and run.stderr.count("\n") == 1, run.stderr
+        assert run.report is None, "nothing ran"
+    assert seed_lab.disk("pve-gpu1") == disk
