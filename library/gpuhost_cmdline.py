@@ -52,18 +52,18 @@ after: {description: the persisted parameters after, returned: always, type: str
 backup_file: {description: the backup made, returned: changed, type: str}
 """
 
+import glob
 import os
 import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuhost_probe import Probe
+from ansible.module_utils.gpuhost_probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
 BOOT_UUIDS = "/etc/kernel/proxmox-boot-uuids"
 GRUB_DEFAULT = "/etc/default/grub"
 GRUB_DROPIN = "/etc/default/grub.d/gpuhost.cfg"
-GRUB_VAR = re.compile(r'^(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(["\']?)(.*)\2\s*$')
 
 
 def token(name, value):
@@ -94,6 +94,94 @@ def edit_tokens(tokens, set_, remove):
         if name not in placed:
             out.append(token(name, value))
     return out
+
+
+GRUB_ASSIGN = re.compile(r'^(\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=)(.*)$')
+
+
+def _token_re(name):
+    # a bare parameter token inside the value: NAME or NAME=VALUE, bounded by blanks or quotes
+    return re.compile(r'(?<![^\s"\'])%s(?:=[^\s"\'#]*)?(?![^\s"\'])' % re.escape(name))
+
+
+def _value_span(rest):
+    """(start, end) of the value part of `NAME=<rest>`, up to an unquoted comment."""
+    quote, esc = None, False
+    for i, ch in enumerate(rest):
+        if esc:
+            esc = False
+        elif ch == "\\" and quote != "'":
+            esc = True
+        elif quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or rest[i - 1] in " \t"):
+            return 0, i
+    return 0, len(rest)
+
+
+def edit_grub_line(line, set_, remove, placed):
+    """One GRUB_CMDLINE_* assignment with parameters edited as tokens where they stand:
+    quoting, spacing, comments and line end kept. *placed* collects names set here."""
+    body = line.rstrip("\r\n")
+    ending = line[len(body):]
+    m = GRUB_ASSIGN.match(body)
+    if not m:
+        return line
+    head, rest = m.group(1), m.group(3)
+    start, end = _value_span(rest)
+    value, tail = rest[start:end], rest[end:]
+    for name in list(remove) + list(set_):
+        pattern = _token_re(name)
+        want = None if name in remove else token(name, set_[name])
+        if want is not None and ";" in want:
+            want = None               # needs GRUB quoting: gpuhost's drop-in carries it
+
+        def sub(match, name=name, want=want):
+            if want is None or name in placed:
+                return "\0"
+            placed.add(name)
+            return want
+        value = pattern.sub(sub, value)
+    # a removed token takes one neighbouring blank with it
+    value = re.sub(r"\0[ \t]?", "", re.sub(r"[ \t]\0", "", value))
+    return head + value + tail + ending
+
+
+def grub_cmdline_of(texts):
+    """The command line grub-mkconfig builds from these files (read, never run)."""
+    values = {}
+    for path, text in texts:
+        read_shell_assignments(text, path, values, GRUB_VARS)
+    return shlex.split(values.get("GRUB_CMDLINE_LINUX", "") + " " + values.get("GRUB_CMDLINE_LINUX_DEFAULT", ""))
+
+
+def check_grub_result(before, after, set_, remove):
+    """The edited files, read as grub-mkconfig reads them, give exactly the intended line:
+    every other parameter as it was, in order; set ones with their value; removed ones gone."""
+    old, new = grub_cmdline_of(before), grub_cmdline_of(after)
+    touched = set(set_) | set(remove)
+    keep = [t for t in old if t.split("=", 1)[0] not in touched]
+    if [t for t in new if t.split("=", 1)[0] not in touched] != keep:
+        return "the other parameters would change: %s -> %s" % (" ".join(keep), " ".join(
+            t for t in new if t.split("=", 1)[0] not in touched))
+    last = {}
+    for t in new:
+        last[t.split("=", 1)[0]] = t.split("=", 1)[1] if "=" in t else ""
+    for name, value in set_.items():
+        if last.get(name) != value:
+            return "%s would be %r, not %r" % (name, last.get(name), value)
+    for name in remove:
+        if name in last:
+            return "%s would still be set" % name
+    return None
+
+
+def _grub_order(path):
+    """GRUB sources /etc/default/grub first, then grub.d/*.cfg by name."""
+    return (0, "") if path == GRUB_DEFAULT else (1, os.path.basename(path))
 
 
 def read(path):
@@ -131,26 +219,36 @@ def main():
         refresh = ["proxmox-boot-tool", "refresh"]
     elif loader in ("grub", "grub-esp") and os.path.exists(GRUB_DEFAULT):
         files = {}
-        main_text = read(GRUB_DEFAULT) or ""
-        new_main = []
-        for line in main_text.splitlines(True):
-            m = GRUB_VAR.match(line.rstrip("\n"))
-            if m and remove:
-                toks = [t for t in shlex.split(m.group(3)) if t.split("=", 1)[0] not in remove and t.split("=", 1)[0] not in set_]
-                line = '%s="%s"\n' % (m.group(1), " ".join(toks))
-            new_main.append(line)
-        if "".join(new_main) != main_text:
-            files[GRUB_DEFAULT] = (main_text, "".join(new_main))
+        # the files GRUB reads, in its order; gpuhost's drop-in is rebuilt, the others edited in place
+        sources = [GRUB_DEFAULT] + sorted(p for p in glob.glob("/etc/default/grub.d/*.cfg") if p != GRUB_DROPIN)
+        placed = set()
+        for path in sources:
+            text = read(path) or ""
+            new = "".join(edit_grub_line(line, set_, remove, placed) for line in text.splitlines(True))
+            if new != text:
+                files[path] = (text, new)
         drop_text = read(GRUB_DROPIN)
         owned = []
         if drop_text:
             m = re.search(r'^GRUB_CMDLINE_LINUX_DEFAULT="\$GRUB_CMDLINE_LINUX_DEFAULT ?(.*)"\s*$', drop_text, re.M)
             owned = shlex.split(m.group(1)) if m else []
-        new_owned = edit_tokens(owned, set_, remove)
+        new_owned = edit_tokens([t for t in owned if t.split("=", 1)[0] not in placed],
+                                dict((k, v) for k, v in set_.items() if k not in placed), remove)
         if new_owned != owned or (drop_text is None and new_owned):
             files[GRUB_DROPIN] = (drop_text or "", (
                 "# Managed by gpuhost: kernel parameters its controls need (see gpuhost_cmdline).\n"
                 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' % " ".join(grub_word(t) for t in new_owned)))
+        order = sources + [GRUB_DROPIN]
+        before_texts = [(p, read(p) or "") for p in order if os.path.exists(p)]
+        after_texts = [(p, files[p][1] if p in files else (read(p) or "")) for p in order
+                       if p in files or os.path.exists(p)]
+        try:
+            problem = check_grub_result(sorted(before_texts, key=lambda pt: _grub_order(pt[0])),
+                                        sorted(after_texts, key=lambda pt: _grub_order(pt[0])), set_, remove)
+        except ShellValueError as exc:
+            problem = "cannot read GRUB's settings safely: %s" % exc
+        if problem:
+            module.fail_json(msg="GRUB edit not made (nothing written): %s" % problem, changed=False)
         before = " ".join(owned)
         after_s = " ".join(new_owned)
         refresh = ["proxmox-boot-tool", "refresh"] if loader == "grub-esp" else ["update-grub"]
