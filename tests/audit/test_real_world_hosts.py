@@ -63,8 +63,16 @@ def test_debian_epyc_7003_gets_its_own_flavour_and_amd_pstate_on_the_new_kernel(
     plain = gpuhost("audit", "-i", str(lab.inventory), "--controls", "cpu.driver,nvidia.persistence")
     assert plain.status(host) == {"cpu.driver": "manual", "nvidia.persistence": "pass"}
     assert "older than 6.3" in plain.finding(host, "cpu.driver")["message"]
-    audit, fix, _ = cycle(lab, host, inv, {"cpu.driver": "drift", "kernel.version": "drift", "nvidia.persistence": "pass"})
+    sysctl_conf = lab.out(host, "cat /etc/sysctl.conf") + "\n"
+    audit, fix, _ = cycle(lab, host, inv, {"cpu.driver": "drift", "kernel.version": "drift", "nvidia.persistence": "pass",
+                                           "numa.balancing": "drift"})
     assert fix.rc == 0, fix.stderr[-2000:]
+    assert "/etc/sysctl.conf" in audit.finding(host, "numa.balancing")["message"]
+    # the later setting commented out, every other byte kept, a copy in /var/backups/gpuhost
+    assert lab.out(host, "cat /etc/sysctl.conf") + "\n" == sysctl_conf.replace(
+        "kernel.numa_balancing = 1", "# disabled by gpuhost (numa.balancing): kernel.numa_balancing = 1")
+    assert "kernel.numa_balancing = 1" in lab.out(host, "cat /var/backups/gpuhost/*sysctl.conf*")
+    assert lab.out(host, "cat /proc/sys/kernel/numa_balancing") == "0"
     assert lab.out(host, "uname -r") == "6.12.9-amd64", "the -amd64 flavour, never -cloud or -rt"
     installed = lab.out(host, "dpkg-query -W -f='${Package}\\n' 'linux-image-6.12*'").split()
     assert installed == ["linux-image-6.12.9-amd64"]
