@@ -259,21 +259,38 @@ def main():
     result = dict(changed=bool(files), loader=loader, before=before, after=after_s,
                   diff=[dict(before_header=p, after_header=p, before=b, after=a) for p, (b, a) in files.items()])
     if files and not module.check_mode:
+        existed = dict((path, os.path.exists(path)) for path in files)
         for path, (_, text) in files.items():
-            if module.params["backup"] and os.path.exists(path):
+            if module.params["backup"] and existed[path]:
                 result["backup_file"] = module.backup_local(path)
-            directory = os.path.dirname(path)
-            if not os.path.isdir(directory):
-                os.makedirs(directory)
-            tmp = path + ".gpuhost-tmp"
-            with open(tmp, "w") as f:
-                f.write(text)
-            module.atomic_move(tmp, path)
+            write_atomic(module, path, text)
         rc, out, err = module.run_command(refresh)
         if rc != 0:
-            module.fail_json(msg="%s failed: %s" % (" ".join(refresh), (err or out).strip()), **result)
+            # leave no half-applied change: the loader did not take the new line, so the
+            # files go back to what they were and a re-run starts from the same place
+            for path, (text, _) in files.items():
+                if existed[path]:
+                    write_atomic(module, path, text)
+                elif os.path.exists(path):
+                    os.unlink(path)
+            result.update(changed=False, restored=sorted(files))
+            module.fail_json(msg="%s failed, nothing changed (%s restored): %s" % (
+                " ".join(refresh), ", ".join(sorted(files)), ((err or out).strip().splitlines() or ["no output"])[-1]),
+                **result)
         result["refresh"] = " ".join(refresh)
     module.exit_json(**result)
+
+
+def write_atomic(module, path, text):
+    """Write beside the file under a name no loader reads, then rename over it (ownership
+    and mode kept by atomic_move)."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory)
+    tmp = os.path.join(directory, ".%s.gpuhost-tmp" % os.path.basename(path))
+    with open(tmp, "w") as f:
+        f.write(text)
+    module.atomic_move(tmp, path)
 
 
 if __name__ == "__main__":

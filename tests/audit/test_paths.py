@@ -261,3 +261,25 @@ def test_an_empty_selection_never_widens_to_everything(seed_lab, flag, value, me
         assert run.rc == 1 and run.stderr.startswith(message) and run.stderr.count("\n") == 1, run.stderr
         assert run.report is None, "nothing ran"
     assert seed_lab.disk("pve-gpu1") == disk
+
+
+def test_a_failed_boot_loader_refresh_leaves_the_command_line_file_as_it_was(make_lab):
+    from conftest import SEED_HOST
+
+    lab = make_lab(SEED_HOST)
+    before = lab.out("pve-gpu1", "cat /etc/kernel/cmdline")
+    lab.ssh("pve-gpu1", "mkdir -p /usr/local/sbin && printf '#!/bin/sh\\n"
+                        "if [ \"$1\" = refresh ]; then echo \"E: mount of /dev/disk/by-uuid/8A1B-2C3D failed\" >&2; exit 1; fi\\n"
+                        "exec /usr/sbin/proxmox-boot-tool \"$@\"\\n' > /usr/local/sbin/proxmox-boot-tool"
+                        " && chmod +x /usr/local/sbin/proxmox-boot-tool")
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "iommu.mode")
+    assert run.rc == 3, run.stderr
+    host = run.report["hosts"]["pve-gpu1"]
+    assert "mount of /dev/disk/by-uuid/8A1B-2C3D failed" in str(host), host
+    assert lab.out("pve-gpu1", "cat /etc/kernel/cmdline") == before, "restored byte for byte"
+    assert lab.ssh("pve-gpu1", "ls -a /etc/kernel | grep gpuhost-tmp", check=False).stdout == ""
+    # the refresh works again: a re-run converges
+    lab.ssh("pve-gpu1", "rm /usr/local/sbin/proxmox-boot-tool")
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "iommu.mode")
+    assert again.status("pve-gpu1") == {"iommu.mode": "pending_reboot"} and again.changed("pve-gpu1") == {"iommu.mode"}
+    assert lab.out("pve-gpu1", "cat /etc/kernel/cmdline") == before + " iommu=pt"
