@@ -207,7 +207,10 @@ def main():
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
     probe = Probe("/", run=run)
-    loader, _ = probe.detect_loader(probe.read1("/proc/cmdline"))
+    try:
+        loader, _ = probe.detect_loader(probe.read1("/proc/cmdline"))
+    except IOError as exc:
+        module.fail_json(msg=str(exc))
     if loader == "systemd-boot" and os.path.exists(KERNEL_CMDLINE):
         files = {}
         before_text = read(KERNEL_CMDLINE) or ""

@@ -243,38 +243,35 @@ class Probe:
                 "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*"))}
 
     def detect_loader(self, cmdline):
-        """Which boot loader reads which file (pve-docs system-booting):
-        proxmox-boot-tool ESPs (/etc/kernel/proxmox-boot-uuids) are each systemd-boot
-        ("configured with: uefi", reads /etc/kernel/cmdline) or GRUB ("configured with:
-        grub", reads /etc/default/grub even though /etc/kernel/cmdline exists); else plain
-        GRUB. The boot that is running tells too: GRUB passes BOOT_IMAGE=, systemd-boot
-        does not."""
-        booted_grub = (cmdline or "").startswith("BOOT_IMAGE=")
-        if os.path.exists(self.p("/etc/kernel/proxmox-boot-uuids")):
-            modes = []
-            tool = self.p("/usr/sbin/proxmox-boot-tool")
-            if os.path.exists(tool):
-                rc, out, _ = self._run([tool, "status"])
-                # "<uuid> is configured with: uefi (versions: ...)[, grub (versions: ...)]"
-                for line in (out or "").splitlines() if rc == 0 else []:
-                    if "is configured with:" in line:
-                        kinds = set(re.findall(r"\b(uefi|grub) \(versions", line))
-                        modes.append("both" if len(kinds) == 2 else (kinds.pop() if kinds else "unknown"))
-            if not modes or set(modes) - {"uefi", "grub"}:
-                # no status to read, or an ESP set up for both: what booted is the evidence
-                return ("grub-esp" if booted_grub else "systemd-boot"), modes
-            if set(modes) == {"grub"}:
-                return "grub-esp", modes
-            if set(modes) == {"uefi"}:
-                if booted_grub and os.path.exists(self.p("/etc/default/grub")):
-                    # the ESPs say systemd-boot but GRUB booted this system: it reads GRUB's files
-                    return "grub-esp", modes
-                return "systemd-boot", modes
-            # mixed ESPs: the running boot says which one the firmware uses
-            return ("grub-esp" if booted_grub else "systemd-boot"), modes
-        if os.path.exists(self.p("/etc/default/grub")):
-            return "grub", []
-        return None, []
+        """Which boot loader reads which file (pve-docs system-booting; proxmox-kernel-helper).
+        ESPs that proxmox-boot-tool keeps (/etc/kernel/proxmox-boot-uuids) hold systemd-boot,
+        which reads /etc/kernel/cmdline, or GRUB (ZFS on legacy BIOS, or Secure Boot), which
+        reads /etc/default/grub(.d) although the installer wrote /etc/kernel/cmdline too;
+        without them, plain GRUB. The running boot tells which loader the firmware starts:
+        GRUB passes BOOT_IMAGE=, systemd-boot the entry's initrd=\\EFI\\...; only when
+        it does not tell is `proxmox-boot-tool status` asked (it mounts every ESP)."""
+        line = cmdline or ""
+        booted_grub = line.startswith("BOOT_IMAGE=")
+        booted_sdboot = not booted_grub and "initrd=\\EFI\\" in line
+        if not os.path.exists(self.p("/etc/kernel/proxmox-boot-uuids")):
+            return ("grub", []) if os.path.exists(self.p("/etc/default/grub")) else (None, [])
+        if booted_grub or booted_sdboot:
+            return ("grub-esp" if booted_grub else "systemd-boot"), []
+        modes = []
+        tool = self.p("/usr/sbin/proxmox-boot-tool")
+        if os.path.exists(tool):
+            rc, out, _ = self._run([tool, "status"])
+            # "<uuid> is configured with: uefi (versions: ...)[, grub (versions: ...)]"
+            for text in (out or "").splitlines() if rc == 0 else []:
+                if "is configured with:" in text:
+                    kinds = set(re.findall(r"\b(uefi|grub) \(versions", text))
+                    modes.append(kinds.pop() if len(kinds) == 1 else "both")
+        if modes and set(modes) == {"grub"}:
+            return "grub-esp", modes
+        if modes and set(modes) == {"uefi"}:
+            return "systemd-boot", modes
+        raise IOError("cannot tell which boot loader the ESPs hold (proxmox-boot-tool status: %s)"
+                      % (", ".join(modes) or "unreadable"))
 
     def next_kernel(self, loader, installed, pin):
         """The kernel the boot loader will start: a pin (proxmox-boot-tool writes it at the
