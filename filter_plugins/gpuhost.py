@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from gpuhost.controls import evaluate
-from gpuhost.inventory import BAD_INPUT_MARK, CHECKED_VARS, InventoryError, check_vars
+from gpuhost.inventory import BAD_INPUT_MARK, InventoryError, check_vars
 
 
 def _plain(value):
@@ -33,7 +33,8 @@ def gpuhost_check_inventory(hosts, hostvars):
     """Check gpuhost's variables on every host; one line naming the first bad one."""
     for host in hosts:
         hv = hostvars[host]
-        values = {k: _plain(hv[k]) for k in CHECKED_VARS if k in hv}
+        # every gpuhost_* variable: a misspelt one is bad input too, not silently ignored
+        values = {str(k): _plain(hv[k]) for k in list(hv.keys()) if str(k).startswith("gpuhost_")}
         try:
             check_vars(str(host), values)
         except InventoryError as exc:

@@ -132,11 +132,30 @@ class App:
     def inventory(self) -> str | dict:
         """The inventory to run on. Its variables are checked by the playbook's first play,
         which stops the run before any host is touched; see ``play``."""
+        self.check_outputs()
         if self.o.inventory is None:
             return LOCAL_INVENTORY
         if not Path(self.o.inventory).exists():
             raise BadInput(f"-i: no inventory at {self.o.inventory}")
-        return self.o.inventory
+        # ansible-runner runs from a directory of its own: a relative path must not depend on it
+        return str(Path(self.o.inventory).resolve())
+
+    def check_outputs(self) -> None:
+        """Every report path is writable before a host is touched: a fix whose report cannot
+        be written would leave no record of what it changed."""
+        paths = {"--json": self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json",
+                 "--junit": self.o.junit, "--html": self.o.html}
+        for flag, path in paths.items():
+            if not path:
+                continue
+            target = Path(path)
+            parent = target.parent if str(target.parent) else Path(".")
+            if target.is_dir():
+                raise BadInput(f"{flag}: {path} is a directory")
+            if not parent.is_dir():
+                raise BadInput(f"{flag}: no directory {parent} for {path}")
+            if not os.access(target if target.exists() else parent, os.W_OK):
+                raise BadInput(f"{flag}: cannot write {path}")
 
     def extravars(self) -> dict:
         ev = {"gpuhost_controls": self.o.controls} if self.o.controls else {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import difflib
 import io
 import re
 from dataclasses import dataclass
@@ -21,6 +22,12 @@ BAD_INPUT_MARK = "gpuhost bad input: "
 CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host",
                 "gpuhost_cstate_max_latency_us", "gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices",
                 "gpuhost_waivers", "gpuhost_lxc_restart", "gpuhost_controls")
+
+
+# set by gpuhost itself or its lab, never a user's typo
+INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked")
+INTERNAL_PREFIXES = ("gpuhost_lab_",)
+CSTATE_LATENCY_MAX_US = 100000      # 0.1 s: no idle state the kernel knows exits slower
 
 
 class InventoryError(ValueError):
@@ -74,6 +81,11 @@ def check_vars(host: str, hv: dict) -> None:
     def bad(var: str, why: str) -> InventoryError:
         return InventoryError(f"host {host}: {var}: {why}")
 
+    for var in sorted(hv):
+        if var in CHECKED_VARS or var in INTERNAL_VARS or var.startswith(INTERNAL_PREFIXES):
+            continue
+        close = difflib.get_close_matches(var, CHECKED_VARS, n=1)
+        raise bad(var, "unknown gpuhost variable" + (f" (did you mean {close[0]}?)" if close else ""))
     for var in ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host"):
         v = hv.get(var)
         if v is not None and not _is_str(v):
@@ -85,8 +97,9 @@ def check_vars(host: str, hv: dict) -> None:
     if v and not re.match(r"^\d+(\.\d+){0,2}$", v):
         raise bad("gpuhost_nvidia_min_driver", f"not a driver version like \"570.124.06\": {v!r}")
     v = hv.get("gpuhost_cstate_max_latency_us")
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-        raise bad("gpuhost_cstate_max_latency_us", f"must be a whole number of microseconds, not {v!r}")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= CSTATE_LATENCY_MAX_US):
+        raise bad("gpuhost_cstate_max_latency_us",
+                  f"must be a whole number of microseconds from 0 to {CSTATE_LATENCY_MAX_US}, not {v!r}")
     v = hv.get("gpuhost_lxc_restart")
     if v is not None and not isinstance(v, bool):
         raise bad("gpuhost_lxc_restart", f"must be true or false, not {v!r}")
@@ -103,6 +116,7 @@ def check_vars(host: str, hv: dict) -> None:
         return
     if not isinstance(waivers, list):
         raise bad("gpuhost_waivers", "must be a list of {control, reason, expires}")
+    seen: dict[str, int] = {}
     for i, w in enumerate(waivers):
         where = f"gpuhost_waivers[{i}]"
         if not isinstance(w, dict):
@@ -112,6 +126,9 @@ def check_vars(host: str, hv: dict) -> None:
             raise bad(where, f"unknown key {sorted(unknown)[0]!r}")
         if w.get("control") not in BY_ID:
             raise bad(where, f"unknown control {w.get('control')!r}")
+        if w["control"] in seen:
+            raise bad(where, f"a second waiver for {w['control']} (the first is gpuhost_waivers[{seen[w['control']]}])")
+        seen[w["control"]] = i
         if not _is_str(w.get("reason")) or not w["reason"].strip():
             raise bad(where, "a waiver needs a reason")
         exp = w.get("expires")

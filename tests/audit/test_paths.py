@@ -155,7 +155,12 @@ def test_container_config_with_snapshots_is_fixed_in_its_main_section_only(make_
 
 
 @pytest.mark.parametrize("var,value,expected", [
-    ("gpuhost_cstate_max_latency_us", "10us", "host pve-gpu1: gpuhost_cstate_max_latency_us: must be a whole number of microseconds, not '10us'"),
+    ("gpuhost_cstate_max_latency_us", "10us", "host pve-gpu1: gpuhost_cstate_max_latency_us: must be a whole number of microseconds from 0 to 100000, not '10us'"),
+    ("gpuhost_cstate_max_latency_us", 10**9, "host pve-gpu1: gpuhost_cstate_max_latency_us: must be a whole number of microseconds from 0 to 100000, not 1000000000"),
+    ("gpuhost_kernel_min_versoin", "6.14", "host pve-gpu1: gpuhost_kernel_min_versoin: unknown gpuhost variable (did you mean gpuhost_kernel_min_version?)"),
+    ("gpuhost_waivers", [{"control": "pcie.mrrs", "reason": "a", "expires": "2030-01-01"},
+                         {"control": "pcie.mrrs", "reason": "b", "expires": "2031-01-01"}],
+     "host pve-gpu1: gpuhost_waivers[1]: a second waiver for pcie.mrrs (the first is gpuhost_waivers[0])"),
     ("gpuhost_kernel_min_version", 6.14, "host pve-gpu1: gpuhost_kernel_min_version: must be a string (quote it: \"6.14\"), not float"),
     ("gpuhost_controls_skip", ["cpu.turbo"], "host pve-gpu1: gpuhost_controls_skip: unknown control 'cpu.turbo'"),
     ("gpuhost_waivers", [{"control": "pcie.mrrs", "expires": "2030-01-01"}], "host pve-gpu1: gpuhost_waivers[0]: a waiver needs a reason"),
@@ -283,3 +288,22 @@ def test_a_failed_boot_loader_refresh_leaves_the_command_line_file_as_it_was(mak
     again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "iommu.mode")
     assert again.status("pve-gpu1") == {"iommu.mode": "pending_reboot"} and again.changed("pve-gpu1") == {"iommu.mode"}
     assert lab.out("pve-gpu1", "cat /etc/kernel/cmdline") == before + " iommu=pt"
+
+
+def test_report_paths_are_checked_before_any_host_is_touched(seed_lab, tmp_path):
+    disk = seed_lab.disk("pve-gpu1")
+    cases = [("--json", str(tmp_path / "missing-dir" / "r.json"), f"error: --json: no directory {tmp_path / 'missing-dir'}"),
+             ("--junit", str(tmp_path), f"error: --junit: {tmp_path} is a directory"),
+             ("--html", str(tmp_path / "nope" / "r.html"), f"error: --html: no directory {tmp_path / 'nope'}")]
+    for flag, path, message in cases:
+        for verb in (["audit"], ["fix", "--yes"]):
+            if flag == "--html" and verb[0] == "fix":
+                continue        # fix has no --html
+            run = gpuhost(*verb, "-i", str(seed_lab.inventory), flag, path)
+            assert run.rc == 1 and run.stderr.startswith(message) and run.stderr.count("\n") == 1, run.stderr
+    assert seed_lab.disk("pve-gpu1") == disk
+
+
+def test_a_relative_inventory_path_works_from_its_directory(seed_lab):
+    run = gpuhost("audit", "-i", seed_lab.inventory.name, "--controls", "pcie.link", cwd=seed_lab.inventory.parent)
+    assert run.rc == 0 and run.status("pve-gpu1") == {"pcie.link": "pass"}, run.stderr
