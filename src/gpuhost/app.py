@@ -31,6 +31,8 @@ class Options:
     reboot: str = "never"
     yes: bool = False
     diff: bool = False
+    task_timeout: int = 120
+    reboot_timeout: int = 600
 
 
 def parse_controls(text: str | None) -> list[str]:
@@ -167,7 +169,8 @@ class App:
         with Progress(self.err, title) as progress:
             preview = {"gpuhost_apply": True} if (check and self.o.diff and playbook == "site.yml") else {}
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
-                              extravars={**self.extravars(), **preview, **(extra or {})}, on_event=progress.event)
+                              extravars={**self.extravars(), **preview, **(extra or {})}, on_event=progress.event,
+                              task_timeout=self.o.task_timeout)
             result = run.run()
         if result.bad_input:
             raise BadInput(result.bad_input)
@@ -263,7 +266,8 @@ class App:
                    and any(f["status"] == "pending_reboot" for f in h["findings"].values())]
         for i, host in enumerate(needing):
             self.err.print(f"rebooting {host} ({i + 1}/{len(needing)})")
-            result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host, playbook="reboot.yml")
+            result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host, playbook="reboot.yml",
+                               extra={"gpuhost_reboot_timeout": self.o.reboot_timeout})
             if host in result.unreachable or host in result.failed:
                 hosts[host] = {**hosts[host], "error": f"reboot failed: {result.unreachable.get(host) or result.failed.get(host)}"}
                 self._stop_rollout(hosts, needing[i + 1:])

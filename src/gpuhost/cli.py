@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         if reports:
             sp.add_argument("--controls", help="only these control IDs, comma-separated")
             sp.add_argument("--json", metavar="F", help="write the JSON report here (default ./gpuhost-report.json)")
+            sp.add_argument("--task-timeout", type=_seconds, default=120, metavar="S",
+                            help="fail a host whose task runs longer than S seconds (default 120; 0: no limit)")
 
     audit = sub.add_parser("audit", help="check every control; changes nothing (Ansible check mode)")
     common(audit)
@@ -41,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument("--reboot", choices=["never", "if-needed"], default="never",
                      help="reboot hosts whose fixes need it, one at a time (default: never)")
     fix.add_argument("--yes", action="store_true", help="apply without asking")
+    fix.add_argument("--reboot-timeout", type=_seconds, default=600, metavar="S",
+                     help="how long to wait for a rebooted host to come back (default 600)")
     fix.add_argument("--junit", metavar="F", help=argparse.SUPPRESS)
     fix.add_argument("--html", metavar="F", help=argparse.SUPPRESS)
     fix.add_argument("--diff", action="store_true", help="show diffs of changed files")
@@ -93,12 +97,23 @@ def run_lab(args: argparse.Namespace) -> int:
     raise UsageError(f"unknown lab command {args.lab_command}")
 
 
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be 0 to 86400 seconds, not {value}")
+    return value
+
+
 def run_app(args: argparse.Namespace) -> int:
     from .app import App, Options, parse_controls, parse_limit
 
     opts = Options(inventory=args.inventory, limit=parse_limit(args.limit), controls=parse_controls(args.controls),
                    json=args.json, junit=args.junit, html=args.html, diff=args.diff,
-                   reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False))
+                   reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False),
+                   task_timeout=args.task_timeout, reboot_timeout=getattr(args, "reboot_timeout", 600))
     app = App(opts)
     try:
         return app.audit() if args.command == "audit" else app.fix()

@@ -8,6 +8,7 @@ their events. Nothing is read from the printed log.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,7 @@ class PlaybookRun:
     extravars: dict = field(default_factory=dict)
     on_event: Callable[[dict], None] | None = None
     timeout: int | None = None
+    task_timeout: int = 120          # every task (ANSIBLE_TASK_TIMEOUT); 0: none
 
     def run(self) -> RunResult:
         private = Path(tempfile.mkdtemp(prefix="gpuhost-run-"))
@@ -77,7 +79,12 @@ class PlaybookRun:
             elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
                 res = data.get("res") or {}
                 msg = str(res.get("msg") or res.get("stderr") or "failed").strip().splitlines()
-                result.failed.setdefault(host, f"{data.get('task', '?')}: {msg[0] if msg else 'failed'}")
+                first = msg[0] if msg else "failed"
+                late = re.search(r"failed to execute in the expected time frame \((\d+)\)|Timed out after (\d+) second",
+                                 first)
+                if late:
+                    first = f"timed out after {late.group(1) or late.group(2)} s"
+                result.failed.setdefault(host, f"{data.get('task', '?')}: {first}")
             elif kind == "playbook_on_stats":
                 stats = (data.get("artifact_data") or {}).get("gpuhost") or {}
                 result.reports.update(stats)
@@ -94,6 +101,8 @@ class PlaybookRun:
                # ansible-runner turns host key checking off unless told: a GPU host whose key
                # changed is someone else's until an operator says otherwise
                "ANSIBLE_HOST_KEY_CHECKING": "True",
+               # a hung tool on one host (nvidia-smi on a wedged GPU) fails that host, not the run
+               "ANSIBLE_TASK_TIMEOUT": str(self.task_timeout),
                "ANSIBLE_ROLES_PATH": str(PROJECT / "roles"),
                "ANSIBLE_LIBRARY": str(PROJECT / "library"),
                "ANSIBLE_MODULE_UTILS": str(PROJECT / "module_utils"),

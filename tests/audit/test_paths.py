@@ -307,3 +307,19 @@ def test_report_paths_are_checked_before_any_host_is_touched(seed_lab, tmp_path)
 def test_a_relative_inventory_path_works_from_its_directory(seed_lab):
     run = gpuhost("audit", "-i", seed_lab.inventory.name, "--controls", "pcie.link", cwd=seed_lab.inventory.parent)
     assert run.rc == 0 and run.status("pve-gpu1") == {"pcie.link": "pass"}, run.stderr
+
+
+def test_a_hung_tool_fails_its_host_within_the_timeout_and_the_rest_is_reported(make_lab):
+    from conftest import SEED_GUEST, SEED_HOST
+
+    lab = make_lab(SEED_HOST, SEED_GUEST)
+    # a wedged GPU: nvidia-smi never returns on the container
+    lab.ssh("llm-two", "mv /usr/bin/nvidia-smi /usr/bin/nvidia-smi.real && "
+                       "printf '#!/bin/sh\\nexec sleep 3600\\n' > /usr/bin/nvidia-smi && chmod +x /usr/bin/nvidia-smi")
+    run = gpuhost("audit", "-i", str(lab.inventory), "--task-timeout", "8", timeout=120)
+    assert run.rc == 3, run.stderr
+    hung = run.report["hosts"]["llm-two"]
+    assert "timed out after 8 s" in hung["error"], hung
+    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 14, "the rest of the fleet finished and is reported"
+    bad = gpuhost("audit", "-i", str(lab.inventory), "--task-timeout", "soon")
+    assert bad.rc == 1 and bad.stderr.count("\n") == 1 and "not a whole number of seconds: 'soon'" in bad.stderr
