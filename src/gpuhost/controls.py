@@ -663,7 +663,7 @@ def nvidia_driver(h: Host) -> Finding:
         return error(cid, h.errors.get("nvidia", "cannot read the NVIDIA driver"))
     if nv["module"] is None and nv["smi"] is None and not h.gpus:
         return na(cid, "no NVIDIA driver or GPU")
-    if h.gpus and all(g.get("driver") == "vfio-pci" for g in h.gpus) and nv["module"] is None:
+    if h.gpus and all(g.get("driver") == "vfio-pci" for g in h.gpus):
         return na(cid, f"every NVIDIA GPU ({len(h.gpus)}) is bound to vfio-pci for VMs: their driver runs in the guests")
     arch = (h.section("os") or {}).get("machine") or "x86_64"
     if nv["module"] is None:
