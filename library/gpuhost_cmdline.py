@@ -133,11 +133,19 @@ def edit_grub_line(line, set_, remove, placed):
     head, rest = m.group(1), m.group(3)
     start, end = _value_span(rest)
     value, tail = rest[start:end], rest[end:]
+    # a value with ';' needs GRUB quoting: gpuhost's drop-in carries it
+    value = edit_value(value, set_, remove, placed, keep=lambda want: ";" not in want)
+    return head + value + tail + ending
+
+
+def edit_value(value, set_, remove, placed, keep=lambda want: True):
+    """Parameters edited as tokens where they stand in *value*; every other byte kept.
+    A removed token takes one neighbouring blank with it; *placed* collects names set."""
     for name in list(remove) + list(set_):
         pattern = _token_re(name)
         want = None if name in remove else token(name, set_[name])
-        if want is not None and ";" in want:
-            want = None               # needs GRUB quoting: gpuhost's drop-in carries it
+        if want is not None and not keep(want):
+            want = None
 
         def sub(match, name=name, want=want):
             if want is None or name in placed:
@@ -145,9 +153,20 @@ def edit_grub_line(line, set_, remove, placed):
             placed.add(name)
             return want
         value = pattern.sub(sub, value)
-    # a removed token takes one neighbouring blank with it
-    value = re.sub(r"\0[ \t]?", "", re.sub(r"[ \t]\0", "", value))
-    return head + value + tail + ending
+    return re.sub(r"\0[ \t]?", "", re.sub(r"[ \t]\0", "", value))
+
+
+def edit_kernel_cmdline(text, set_, remove):
+    """/etc/kernel/cmdline (one line, passed to the kernel as written: quotes included)
+    edited in place; new parameters appended; the line end kept."""
+    body = text.rstrip("\r\n")
+    ending = text[len(body):]          # none stays none: every byte not meant to change is kept
+    placed = set()
+    body = edit_value(body, set_, remove, placed)
+    extra = [token(n, v) for n, v in set_.items() if n not in placed]
+    if extra:
+        body = (body.rstrip(" \t") + " " if body.strip() else "") + " ".join(extra)
+    return body + ending
 
 
 def grub_cmdline_of(texts):
@@ -214,11 +233,18 @@ def main():
     if loader == "systemd-boot" and os.path.exists(KERNEL_CMDLINE):
         files = {}
         before_text = read(KERNEL_CMDLINE) or ""
-        tokens = shlex.split(before_text)
-        after = edit_tokens(tokens, set_, remove)
-        if after != tokens:
-            files[KERNEL_CMDLINE] = (before_text, " ".join(after) + "\n")
-        before, after_s = " ".join(tokens), " ".join(after)
+        after_text = edit_kernel_cmdline(before_text, set_, remove)
+        try:
+            problem = check_grub_result([("cmdline", 'GRUB_CMDLINE_LINUX=%s' % shlex.quote(before_text.strip()))],
+                                        [("cmdline", 'GRUB_CMDLINE_LINUX=%s' % shlex.quote(after_text.strip()))],
+                                        set_, remove)
+        except (ShellValueError, ValueError) as exc:
+            problem = str(exc)
+        if problem:
+            module.fail_json(msg="%s edit not made (nothing written): %s" % (KERNEL_CMDLINE, problem), changed=False)
+        if after_text != before_text:
+            files[KERNEL_CMDLINE] = (before_text, after_text)
+        before, after_s = before_text.strip(), after_text.strip()
         refresh = ["proxmox-boot-tool", "refresh"]
     elif loader in ("grub", "grub-esp") and os.path.exists(GRUB_DEFAULT):
         files = {}

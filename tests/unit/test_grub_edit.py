@@ -63,3 +63,19 @@ def test_a_setting_that_cannot_be_read_safely_is_refused():
     texts = [("/etc/default/grub", 'GRUB_CMDLINE_LINUX_DEFAULT="$(cat /etc/cmdline.local)"\n')]
     with pytest.raises(scenarios.probe.ShellValueError, match="/etc/default/grub line 1: command substitution"):
         cmdline.grub_cmdline_of(texts)
+
+
+@pytest.mark.parametrize("before, set_, remove, after", [
+    # a quoted value with blanks survives (the kernel reads the quotes); a parameter is set where it stands
+    ('root=ZFS=rpool/ROOT/pve-1 boot=zfs dyndbg="module x +p" amd_pstate=passive\n', {"amd_pstate": "active"}, (),
+     'root=ZFS=rpool/ROOT/pve-1 boot=zfs dyndbg="module x +p" amd_pstate=active\n'),
+    # new ones appended; a file without a final newline keeps having none
+    ("root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet", {"iommu": "pt"}, (), "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet iommu=pt"),
+    # CRLF kept, removal in the middle takes one blank
+    ("quiet intel_pstate=disable splash\r\n", {}, ("intel_pstate",), "quiet splash\r\n"),
+    # ';' is fine here: systemd-boot copies the line verbatim
+    ("quiet\n", {"pci": "disable_acs_redir=pci:1000:c030;pci:10b5:8747"}, (),
+     "quiet pci=disable_acs_redir=pci:1000:c030;pci:10b5:8747\n"),
+])
+def test_kernel_cmdline_is_edited_in_place(before, set_, remove, after):
+    assert cmdline.edit_kernel_cmdline(before, set_, set(remove)) == after
