@@ -42,6 +42,14 @@ def gpuhost_check_inventory(hosts, hostvars):
     return True
 
 
+def gpuhost_stopped(path):
+    """Whether the gpuhost run was interrupted: its CLI creates this file on SIGINT/SIGTERM,
+    and each control's fix checks it before it starts (the change in flight finishes)."""
+    import os
+    return bool(path) and os.path.exists(str(path))
+
+
 class FilterModule:
     def filters(self):
-        return {"gpuhost_evaluate": gpuhost_evaluate, "gpuhost_check_inventory": gpuhost_check_inventory}
+        return {"gpuhost_evaluate": gpuhost_evaluate, "gpuhost_check_inventory": gpuhost_check_inventory,
+                "gpuhost_stopped": gpuhost_stopped}

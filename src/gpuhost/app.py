@@ -1,8 +1,11 @@
 """gpuhost audit / fix / verify: the flows behind the command line."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,12 +171,16 @@ class App:
              playbook: str = "site.yml") -> RunResult:
         with Progress(self.err, title) as progress:
             preview = {"gpuhost_apply": True} if (check and self.o.diff and playbook == "site.yml") else {}
+            # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
+            cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
                               extravars={**self.extravars(), **preview, **(extra or {})}, on_event=progress.event,
-                              task_timeout=self.o.task_timeout)
+                              task_timeout=self.o.task_timeout, cancel=cancel)
             result = run.run()
         if result.bad_input:
             raise BadInput(result.bad_input)
+        if result.status == "canceled" and self.interrupted:
+            return result           # a read-only play cut short by SIGINT/SIGTERM: nothing was changed
         if result.status in ("timeout", "canceled"):
             raise RuntimeError(f"the run was {result.status}")
         if not result.hosts and not result.reports:
@@ -223,23 +230,57 @@ class App:
 
     def fix(self) -> int:
         inventory = self.inventory()
-        first = self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit)
-        before = self.hosts_from(first, first.hosts)
-        plan = {n: [f for f in h["findings"].values() if f["status"] == "drift"] for n, h in before.items()
-                if h.get("reachable") and not h.get("error")}
-        plan = {n: fs for n, fs in plan.items() if fs}
-        self.print_plan(plan, before)
-        after = dict(before)
-        if plan:
-            if not self.confirm(plan):
-                self.err.print("nothing changed")
-                return self.finish("fix", before, before)
-            limit = ",".join(plan)
-            result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit)
-            after.update(self.hosts_from(result, list(plan)))
-        if self.o.reboot == "if-needed":
-            after = self.reboot_rollout(inventory, after)
-        return self.finish("fix", after, before)
+        with self.interruptible() as stop:
+            first = self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit)
+            before = self.hosts_from(first, first.hosts)
+            plan = {n: [f for f in h["findings"].values() if f["status"] == "drift"] for n, h in before.items()
+                    if h.get("reachable") and not h.get("error")}
+            plan = {n: fs for n, fs in plan.items() if fs}
+            self.print_plan(plan, before)
+            after = dict(before)
+            if plan and not self.interrupted:
+                if not self.confirm(plan):
+                    self.err.print("nothing changed")
+                    return self.finish("fix", before, before)
+                limit = ",".join(plan)
+                result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
+                                   extra={"gpuhost_stop_file": stop})
+                after.update(self.hosts_from(result, list(plan)))
+            if self.o.reboot == "if-needed" and not self.interrupted:
+                after = self.reboot_rollout(inventory, after)
+        code = self.finish("fix", after, before)
+        if self.interrupted:
+            self.err.print(f"gpuhost fix: interrupted ({self.interrupted}): the report lists every change made")
+            return 3
+        return code
+
+    interrupted: str = ""
+    _handling: str | None = None      # the stop file while fix handles SIGINT/SIGTERM itself
+
+    @contextlib.contextmanager
+    def interruptible(self):
+        """SIGINT and SIGTERM during a fix stop it from starting new changes: the change in
+        flight finishes (dpkg is never killed; ansible-playbook runs in a session of its own
+        and never sees the signal), no host is rebooted, and the report still gets written."""
+        with tempfile.TemporaryDirectory(prefix="gpuhost-stop-") as tmp:
+            stop = os.path.join(tmp, "stop")
+
+            def handler(signum, frame):
+                if not self.interrupted:
+                    self.interrupted = signal.Signals(signum).name
+                    Path(stop).touch()
+                    self.err.print(f"gpuhost fix: {self.interrupted}: finishing the change in flight, starting no new one")
+                if getattr(self, "prompting", False):
+                    raise KeyboardInterrupt
+
+            old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+            self._handling = stop
+            try:
+                yield stop
+            finally:
+                self._handling = None
+                for sig, h in old.items():
+                    signal.signal(sig, h)
 
     def print_plan(self, plan: dict, before: dict) -> None:
         if not plan:
@@ -257,7 +298,11 @@ class App:
             return True
         if not sys.stdin.isatty():
             raise BadInput("fix changes hosts: confirm with --yes (no terminal to ask at)")
-        answer = input(f"Apply these changes to {len(plan)} host(s)? [y/N] ")
+        self.prompting = True
+        try:
+            answer = input(f"Apply these changes to {len(plan)} host(s)? [y/N] ")
+        finally:
+            self.prompting = False
         return answer.strip().lower() in ("y", "yes")
 
     def reboot_rollout(self, inventory, hosts: dict[str, dict]) -> dict[str, dict]:
@@ -265,6 +310,9 @@ class App:
         needing = [n for n, h in hosts.items() if h.get("reachable") and not h.get("error")
                    and any(f["status"] == "pending_reboot" for f in h["findings"].values())]
         for i, host in enumerate(needing):
+            if self.interrupted:
+                self.err.print(f"[red]roll-out stopped ({self.interrupted}): {', '.join(needing[i:])} not rebooted[/]")
+                break
             self.err.print(f"rebooting {host} ({i + 1}/{len(needing)})")
             result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host, playbook="reboot.yml",
                                extra={"gpuhost_reboot_timeout": self.o.reboot_timeout})

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_UNREACHABLE      # an interrupted run is not bad input: exit 3, never 1
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ class PlaybookRun:
     on_event: Callable[[dict], None] | None = None
     timeout: int | None = None
     task_timeout: int = 120          # every task (ANSIBLE_TASK_TIMEOUT); 0: none
+    # None: ansible-runner's own SIGINT/SIGTERM handling (kills the play); a callable is
+    # asked instead, so a run that changes hosts is never killed mid-change
+    cancel: Callable[[], bool] | None = None
 
     def run(self) -> RunResult:
         private = Path(tempfile.mkdtemp(prefix="gpuhost-run-"))
@@ -116,7 +119,7 @@ class PlaybookRun:
                 playbook=str(PLAYBOOKS / self.playbook), inventory=self.inventory,
                 limit=self.limit, extravars=self.extravars or None, cmdline=" ".join(cmdline) or None,
                 envvars=env, event_handler=handler, quiet=True, timeout=self.timeout,
-                suppress_env_files=True, rotate_artifacts=1)
+                suppress_env_files=True, rotate_artifacts=1, cancel_callback=self.cancel)
             result.status, result.rc = r.status, r.rc
         finally:
             shutil.rmtree(private, ignore_errors=True)

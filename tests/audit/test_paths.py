@@ -323,3 +323,36 @@ def test_a_hung_tool_fails_its_host_within_the_timeout_and_the_rest_is_reported(
     assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 14, "the rest of the fleet finished and is reported"
     bad = gpuhost("audit", "-i", str(lab.inventory), "--task-timeout", "soon")
     assert bad.rc == 1 and bad.stderr.count("\n") == 1 and "not a whole number of seconds: 'soon'" in bad.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupted_fix_finishes_the_change_in_flight_and_reports_it(make_lab, tmp_path, sig):
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import SEED_HOST, ci_stdin
+
+    lab = make_lab(SEED_HOST)
+    report = tmp_path / "report.json"
+    with ci_stdin() as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes",
+                                 "--reboot", "if-needed", "--json", str(report)],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "apply: pve-gpu1: changed:" in line:
+                proc.send_signal(getattr(signal, sig))
+                break
+        rest_out, rest_err = proc.communicate(timeout=300)
+    stderr = "".join(lines) + rest_err
+    assert proc.returncode == 3, stderr
+    assert f"interrupted ({sig})" in stderr
+    data = json.loads(report.read_text())
+    changed = {f["control"] for f in data["hosts"]["pve-gpu1"]["findings"] if f["changed"]}
+    assert changed and "cpu.driver" in changed, "the change in flight finished and is reported"
+    assert len(changed) < 9, f"no new change started after the signal: {changed}"
+    assert "storage.scheduler" not in changed and "lxc.gpu_passthrough" not in changed
+    assert "rebooting" not in stderr, "an interrupted fix reboots nothing"
