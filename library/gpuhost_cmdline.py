@@ -58,7 +58,7 @@ import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuhost_probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments
+from ansible.module_utils.gpuhost_probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments, shell_scan
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
 BOOT_UUIDS = "/etc/kernel/proxmox-boot-uuids"
@@ -104,24 +104,6 @@ def _token_re(name):
     return re.compile(r'(?<![^\s"\'])%s(?:=[^\s"\'#]*)?(?![^\s"\'])' % re.escape(name))
 
 
-def _value_span(rest):
-    """(start, end) of the value part of `NAME=<rest>`, up to an unquoted comment."""
-    quote, esc = None, False
-    for i, ch in enumerate(rest):
-        if esc:
-            esc = False
-        elif ch == "\\" and quote != "'":
-            esc = True
-        elif quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and (i == 0 or rest[i - 1] in " \t"):
-            return 0, i
-    return 0, len(rest)
-
-
 def edit_grub_line(line, set_, remove, placed):
     """One GRUB_CMDLINE_* assignment with parameters edited as tokens where they stand:
     quoting, spacing, comments and line end kept. *placed* collects names set here."""
@@ -131,8 +113,8 @@ def edit_grub_line(line, set_, remove, placed):
     if not m:
         return line
     head, rest = m.group(1), m.group(3)
-    start, end = _value_span(rest)
-    value, tail = rest[start:end], rest[end:]
+    end = shell_scan(rest)[0]          # the value, up to an unquoted comment
+    value, tail = rest[:end], rest[end:]
     # a value with ';' needs GRUB quoting: gpuhost's drop-in carries it
     value = edit_value(value, set_, remove, placed, keep=lambda want: ";" not in want)
     return head + value + tail + ending

@@ -608,9 +608,11 @@ def read_shell_assignments(text, path, values, wanted):
     return assigned
 
 
-def _open_quote(line):
+def shell_scan(text):
+    """(where an unquoted comment starts, or len(text); the quote still open at the end, or
+    None), the way sh reads a line: quotes, backslashes, `#` only at the start of a word."""
     quote, esc = None, False
-    for ch in line:
+    for i, ch in enumerate(text):
         if esc:
             esc = False
         elif ch == "\\" and quote != "'":
@@ -620,9 +622,13 @@ def _open_quote(line):
                 quote = None
         elif ch in "'\"":
             quote = ch
-        elif ch == "#" and quote is None:
-            break
-    return quote is not None
+        elif ch == "#" and (i == 0 or text[i - 1] in " \t"):
+            return i, None
+    return len(text), quote
+
+
+def _open_quote(line):
+    return shell_scan(line)[1] is not None
 
 
 def _shell_word(raw, values):

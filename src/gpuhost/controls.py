@@ -464,9 +464,6 @@ def numa_balancing(h: Host) -> Finding:
     return Finding(cid, "drift", live, "0", msg, fix=fix)
 
 
-HOST_OWNED_CLASSES = {0x03: "GPU", 0x02: "NIC"}
-
-
 def _host_owned_kind(d: dict) -> str | None:
     cls = d.get("class") or 0
     if cls >> 8 == 0x0108:
@@ -647,13 +644,6 @@ def kernel_reboot_pending(h: Host) -> Finding:
 
 
 OPEN_ONLY = "the open kernel modules"
-
-
-def needs_open_module(gpu_name: str, cap: str | None, arch: str) -> bool:
-    """Grace Hopper and Blackwell GPUs run only on NVIDIA's open kernel modules: compute
-    capability >= 10.0, or 9.0 on aarch64 (GH200) (NVIDIA driver README: kernel modules)."""
-    k = vkey(cap)
-    return bool(k) and (k >= (10,) or (k[:1] == (9,) and arch == "aarch64"))
 
 
 def nvidia_driver(h: Host) -> Finding:

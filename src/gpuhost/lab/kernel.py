@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .shims import shimlib
-from .shims.shimlib import version_key
 from .spec import HostSpec
 
 # what the hosts' proxmox-boot-tool and update-grub write, relative to a host's root
@@ -216,7 +215,7 @@ def nvidia_module_files(root: Path, release: str) -> list[Path]:
     return sorted(mods.rglob("nvidia.ko")) if mods.is_dir() else []
 
 
-def nvidia_loaded(spec: HostSpec, root: Path, release: str, first_release: str) -> bool:
+def nvidia_loaded(spec: HostSpec, root: Path, release: str) -> bool:
     """Rule 9: the driver loads only where its module exists for the kernel (dkms builds
     it at headers install, for series up to builds_up_to)."""
     if spec.nvidia is None:
@@ -372,8 +371,7 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
     params = parse_cmdline(cmdline)
     driver, status = cpufreq_for(spec, release, params)
     idle_driver, idle_states = cstates_for(spec, params)
-    first = spec.kernel.pinned or sorted(spec.kernel.installed, key=version_key)[-1]
-    loaded = nvidia_loaded(spec, root, release, first)
+    loaded = nvidia_loaded(spec, root, release)
     return BootState(
         release=release,
         cmdline=cmdline,
