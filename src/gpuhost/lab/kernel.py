@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .shims import shimlib
+from .shims.shimlib import version_key  # noqa: F401  (the lab's kernel ordering, used by its callers)
 from .spec import HostSpec
 
 # what the hosts' proxmox-boot-tool and update-grub write, relative to a host's root
