@@ -218,7 +218,7 @@ class Probe:
         default = self.next_kernel(loader, installed, pin)
         headers = [k for k in installed if os.path.isdir(self.p("/usr/src/linux-headers-" + k))
                    or os.path.isdir(self.p("/lib/modules/%s/build" % k))]
-        releases = set(filter(None, [running, default]))
+        configs = dict((k, self.kernel_config(k)) for k in set(filter(None, [running, default])))
         m = re.search(r"^btime (\d+)", self.read("/proc/stat") or "", re.M)
         sources = ["/etc/kernel/cmdline"] if loader == "systemd-boot" else \
             ["/etc/default/grub"] + [self.rel(p) for p in self.glob("/etc/default/grub.d/*.cfg")]
@@ -236,9 +236,8 @@ class Probe:
         return {"cmdline": cmdline, "boot_time": int(m.group(1)) if m else None, "mtimes": mtimes, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
                 "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
                 "pinned_kernel": pin, "kernels_with_headers": headers, "grub_default": grub_default,
-                "default_governor": dict((k, self._config_governor(k)) for k in releases),
-                "amd_pstate_default_mode": dict((k, self._config_value(k, "CONFIG_X86_AMD_PSTATE_DEFAULT_MODE"))
-                                                for k in releases),
+                "default_governor": dict((k, c[0]) for k, c in configs.items()),
+                "amd_pstate_default_mode": dict((k, c[1]) for k, c in configs.items()),
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
                 "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*"))}
 
@@ -312,17 +311,14 @@ class Probe:
         values, _ = self.grub_settings()
         return " ".join((values.get("GRUB_CMDLINE_LINUX", "") + " " + values.get("GRUB_CMDLINE_LINUX_DEFAULT", "")).split())
 
-    def _config_governor(self, release):
+    def kernel_config(self, release):
+        """What /boot/config-<release> says: the default cpufreq governor, amd_pstate's mode."""
         text = self.read("/boot/config-" + release)
         if text is None:
-            return None
-        m = re.search(r"^CONFIG_CPU_FREQ_DEFAULT_GOV_(\w+)=y", text, re.M)
-        return m.group(1).lower() if m else None
-
-    def _config_value(self, release, name):
-        text = self.read("/boot/config-" + release)
-        m = re.search(r"^%s=(\S+)" % name, text or "", re.M)
-        return m.group(1).strip('"') if m else None
+            return None, None
+        gov = re.search(r"^CONFIG_CPU_FREQ_DEFAULT_GOV_(\w+)=y", text, re.M)
+        mode = re.search(r"^CONFIG_X86_AMD_PSTATE_DEFAULT_MODE=(\S+)", text, re.M)
+        return gov.group(1).lower() if gov else None, mode.group(1).strip('"') if mode else None
 
     def probe_iommu(self):
         units = [os.path.basename(p) for p in self.glob("/sys/class/iommu/*")]

@@ -655,7 +655,6 @@ def nvidia_driver(h: Host) -> Finding:
         return na(cid, "no NVIDIA driver or GPU")
     if h.gpus and all(g.get("driver") == "vfio-pci" for g in h.gpus):
         return na(cid, f"every NVIDIA GPU ({len(h.gpus)}) is bound to vfio-pci for VMs: their driver runs in the guests")
-    arch = (h.section("os") or {}).get("machine") or "x86_64"
     if nv["module"] is None:
         return Finding(cid, "manual", nv.get("smi_error") or "no kernel module", "a loaded NVIDIA kernel module",
                        f"the NVIDIA kernel module is not loaded (kernel {h.boot.get('running_kernel')}: "

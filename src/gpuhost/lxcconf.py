@@ -41,7 +41,6 @@ class Passthrough:
     mounted: list[str] = field(default_factory=list)      # mount targets (dev/nvidia0)
     devn: list[str] = field(default_factory=list)         # devN: nodes, as targets (dev/nvidia0)
     devn_options: str = ""                                # what follows the path on the first nvidia devN
-    v1_allowed: list[int] = field(default_factory=list)   # cgroup v1 keys: no effect on PVE 7+
     max_dev_index: int = -1
 
     @property
@@ -98,10 +97,8 @@ def inspect(vmid: str, text: str) -> Passthrough:
             elif m.group(1):
                 pt.allowed.append(int(m.group(1)))
             continue
-        m = V1_ALLOW_RE.match(line)
-        if m:
-            pt.v1_allowed.append(int(m.group(1)))
-            continue
+        if V1_ALLOW_RE.match(line):
+            continue                 # cgroup v1 keys: no effect on PVE 7+ (pure cgroup v2)
         m = MOUNT_RE.match(line)
         if m and _target(m.group(2)).startswith("dev/nvidia"):
             pt.mounted.append(_target(m.group(2)))
