@@ -204,7 +204,13 @@ class App:
                 err = result.failed.get(name, "no report from the host (the play did not finish)")
                 out[name] = {"reachable": True, "error": err, "findings": {}}
             else:
-                out[name] = {"reachable": True, "facts": r.get("facts"), "findings": r.get("findings") or {},
+                findings = dict(r.get("findings") or {})
+                for cid, why in (r.get("failed") or {}).items():
+                    # the host as it is now (judged again after the fix), and why its fix failed
+                    now = findings.get(cid) or {"control": cid, "observed": None, "expected": None}
+                    findings[cid] = {**now, "status": "error", "reboot_required": False,
+                                     "message": f"the fix failed: {why} (now: {now.get('message') or now.get('status')})"}
+                out[name] = {"reachable": True, "facts": r.get("facts"), "findings": findings,
                              "changed": r.get("changed") or []}
                 if name in result.failed:
                     out[name]["error"] = result.failed[name]

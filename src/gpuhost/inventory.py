@@ -86,6 +86,10 @@ def check_vars(host: str, hv: dict) -> None:
             continue
         close = difflib.get_close_matches(var, CHECKED_VARS, n=1)
         raise bad(var, "unknown gpuhost variable" + (f" (did you mean {close[0]}?)" if close else ""))
+    for var in CHECKED_VARS:
+        # `gpuhost_x:` with nothing after it is YAML null: it would replace the default with nothing
+        if var in hv and hv[var] is None:
+            raise bad(var, "has no value (null): give one, or remove the line to keep the default")
     for var in ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host"):
         v = hv.get(var)
         if v is not None and not _is_str(v):

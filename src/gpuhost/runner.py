@@ -8,7 +8,6 @@ their events. Nothing is read from the printed log.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -19,6 +18,8 @@ from typing import Callable
 
 import ansible_runner
 
+from .controls import BY_ID
+from .failure import describe
 from .inventory import BAD_INPUT_MARK
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -80,14 +81,11 @@ class PlaybookRun:
                     msg = f"host key for {host} does not match known_hosts (refused: check the key before trusting it)"
                 result.unreachable[host] = msg.strip().splitlines()[0]
             elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
-                res = data.get("res") or {}
-                msg = str(res.get("msg") or res.get("stderr") or "failed").strip().splitlines()
-                first = msg[0] if msg else "failed"
-                late = re.search(r"failed to execute in the expected time frame \((\d+)\)|Timed out after (\d+) second",
-                                 first)
-                if late:
-                    first = f"timed out after {late.group(1) or late.group(2)} s"
-                result.failed.setdefault(host, f"{data.get('task', '?')}: {first}")
+                task = str(data.get("task") or "?")
+                # a control's fix task fails into its rescue, which records it in the report
+                # and lets the host's other controls go on: that is not the host failing
+                if task.split(" | ", 1)[0] not in BY_ID:
+                    result.failed.setdefault(host, f"{task}: {describe(data.get('res'))}")
             elif kind == "playbook_on_stats":
                 stats = (data.get("artifact_data") or {}).get("gpuhost") or {}
                 result.reports.update(stats)

@@ -163,6 +163,8 @@ def test_container_config_with_snapshots_is_fixed_in_its_main_section_only(make_
      "host pve-gpu1: gpuhost_waivers[1]: a second waiver for pcie.mrrs (the first is gpuhost_waivers[0])"),
     ("gpuhost_kernel_min_version", 6.14, "host pve-gpu1: gpuhost_kernel_min_version: must be a string (quote it: \"6.14\"), not float"),
     ("gpuhost_controls_skip", ["cpu.turbo"], "host pve-gpu1: gpuhost_controls_skip: unknown control 'cpu.turbo'"),
+    ("gpuhost_kernel_min_version", None, "host pve-gpu1: gpuhost_kernel_min_version: has no value (null): give one, or remove the line to keep the default"),
+    ("gpuhost_waivers", None, "host pve-gpu1: gpuhost_waivers: has no value (null): give one, or remove the line to keep the default"),
     ("gpuhost_waivers", [{"control": "pcie.mrrs", "expires": "2030-01-01"}], "host pve-gpu1: gpuhost_waivers[0]: a waiver needs a reason"),
     ("gpuhost_waivers", [{"control": "pcie.mrrs", "reason": "x", "expires": "soon"}], "host pve-gpu1: gpuhost_waivers[0]: expires must be a date YYYY-MM-DD, not 'soon'"),
 ])
@@ -173,6 +175,17 @@ def test_bad_inventory_variables_stop_the_run_before_any_host_is_touched(seed_la
         run = gpuhost(*verb, "-i", str(inv))
         assert run.rc == 1
         assert run.stderr == f"error: {expected}\n"
+    assert seed_lab.disk("pve-gpu1") == disk
+
+
+def test_an_undefined_jinja_variable_is_one_line_naming_host_and_variable(seed_lab):
+    disk = seed_lab.disk("pve-gpu1")
+    inv = inventory_with(seed_lab, {"pve-gpu1": {"gpuhost_nvidia_min_driver": "{{ driver_floor }}"}})
+    for verb in (["audit"], ["fix", "--yes"]):
+        run = gpuhost(*verb, "-i", str(inv))
+        assert run.rc == 1 and run.stderr.count("\n") == 1, run.stderr
+        assert run.stderr.startswith("error: host pve-gpu1: gpuhost_nvidia_min_driver: cannot be rendered: "), run.stderr
+        assert "driver_floor" in run.stderr
     assert seed_lab.disk("pve-gpu1") == disk
 
 
@@ -277,10 +290,17 @@ def test_a_failed_boot_loader_refresh_leaves_the_command_line_file_as_it_was(mak
                         "if [ \"$1\" = refresh ]; then echo \"E: mount of /dev/disk/by-uuid/8A1B-2C3D failed\" >&2; exit 1; fi\\n"
                         "exec /usr/sbin/proxmox-boot-tool \"$@\"\\n' > /usr/local/sbin/proxmox-boot-tool"
                         " && chmod +x /usr/local/sbin/proxmox-boot-tool")
-    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "iommu.mode")
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "iommu.mode,lxc.gpu_passthrough")
     assert run.rc == 3, run.stderr
     host = run.report["hosts"]["pve-gpu1"]
-    assert "mount of /dev/disk/by-uuid/8A1B-2C3D failed" in str(host), host
+    assert "error" not in host, "one control's failed fix is that control's error, not the host's"
+    iommu = run.finding("pve-gpu1", "iommu.mode")
+    assert iommu["status"] == "error" and iommu["changed"] is False, iommu
+    assert iommu["message"].startswith("the fix failed: iommu.mode | set kernel parameters for the next boot: "), iommu
+    assert "mount of /dev/disk/by-uuid/8A1B-2C3D failed" in iommu["message"], "the failing command's own words"
+    # lxc.gpu_passthrough comes after iommu.mode and does not depend on it: it still ran
+    assert run.changed("pve-gpu1") == {"lxc.gpu_passthrough"}
+    assert run.status("pve-gpu1")["lxc.gpu_passthrough"] == "pass"
     assert lab.out("pve-gpu1", "cat /etc/kernel/cmdline") == before, "restored byte for byte"
     assert lab.ssh("pve-gpu1", "ls -a /etc/kernel | grep gpuhost-tmp", check=False).stdout == ""
     # the refresh works again: a re-run converges
