@@ -199,19 +199,17 @@ class App:
         for name in names:
             r = result.reports.get(name)
             if name in result.unreachable:
-                out[name] = {"reachable": False, "error": f"unreachable: {result.unreachable[name]}", "findings": {}}
+                out[name] = {"reachable": False, "error": f"unreachable: {result.unreachable[name]}", "findings": {},
+                             "changed": list(result.changes.get(name, []))}
             elif r is None:
-                err = result.failed.get(name, "no report from the host (the play did not finish)")
-                out[name] = {"reachable": True, "error": err, "findings": {}}
+                err = (result.failed.get(name) or next(iter(result.control_failed.get(name, {}).values()), None)
+                       or "no report from the host (the play did not finish)")
+                out[name] = {"reachable": True, "error": err, "findings": {}, "changed": list(result.changes.get(name, []))}
             else:
-                findings = dict(r.get("findings") or {})
-                for cid, why in (r.get("failed") or {}).items():
-                    # the host as it is now (judged again after the fix), and why its fix failed
-                    now = findings.get(cid) or {"control": cid, "observed": None, "expected": None}
-                    findings[cid] = {**now, "status": "error", "reboot_required": False,
-                                     "message": f"the fix failed: {why} (now: {now.get('message') or now.get('status')})"}
-                out[name] = {"reachable": True, "facts": r.get("facts"), "findings": findings,
-                             "changed": r.get("changed") or []}
+                failed = dict(r.get("failed") or {})
+                out[name] = {"reachable": True, "facts": r.get("facts"),
+                             "findings": App.with_failures(r.get("findings") or {}, failed),
+                             "changed": r.get("changed") or [], "failed": failed}
                 if name in result.failed:
                     out[name]["error"] = result.failed[name]
         return out
@@ -251,7 +249,7 @@ class App:
                 limit = ",".join(plan)
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
                                    extra={"gpuhost_stop_file": stop})
-                after.update(self.hosts_from(result, list(plan)))
+                after.update(self.applied(before, self.hosts_from(result, list(plan))))
             if self.o.reboot == "if-needed" and not self.interrupted:
                 after = self.reboot_rollout(inventory, after)
         code = self.finish("fix", after, before)
@@ -259,6 +257,31 @@ class App:
             self.err.print(f"gpuhost fix: interrupted ({self.interrupted}): the report lists every change made")
             return 3
         return code
+
+    @staticmethod
+    def with_failures(findings: dict, failed: dict[str, str]) -> dict:
+        """Each control whose fix failed is ``error``: why it failed, and the host as it is now."""
+        out = dict(findings)
+        for cid, why in failed.items():
+            now = out.get(cid) or {"control": cid, "observed": None, "expected": None}
+            out[cid] = {**now, "status": "error", "reboot_required": False,
+                        "message": f"the fix failed: {why} (now: {now.get('message') or now.get('status')})"}
+        return out
+
+    @staticmethod
+    def applied(before: dict[str, dict], hosts: dict[str, dict]) -> dict[str, dict]:
+        """A host that went away (or failed) during the fix before it reported keeps what the
+        audit found and the changes its events showed, so the report says what was done."""
+        out = {}
+        for name, h in hosts.items():
+            if h.get("findings") or name not in before:
+                out[name] = h
+                continue
+            changed = h.get("changed") or []
+            note = (f"during the fix, after changing {', '.join(changed)}" if changed else "during the fix, before any change")
+            out[name] = {**before[name], "reachable": h.get("reachable", True), "changed": changed,
+                         "error": f"{h.get('error')} ({note}; the findings are the audit's, not judged again)"}
+        return out
 
     interrupted: str = ""
     _handling: str | None = None      # the stop file while fix handles SIGINT/SIGTERM itself
@@ -329,6 +352,9 @@ class App:
             changed = hosts[host].get("changed") or []
             check = self.hosts_from(self.play(f"gpuhost fix: re-audit {host}", inventory, check=True, limit=host), [host])
             check[host]["changed"] = changed
+            # a fix that failed before the reboot still failed: the report keeps saying so
+            check[host]["failed"] = hosts[host].get("failed") or {}
+            check[host]["findings"] = self.with_failures(check[host]["findings"], check[host]["failed"])
             worse = self.worse_after_reboot(hosts[host], check[host])
             hosts[host] = check[host]
             if worse:
@@ -347,6 +373,8 @@ class App:
             return after["error"]
         bad = []
         for cid, f in after["findings"].items():
+            if cid in (after.get("failed") or {}):
+                continue                # its fix failed before the reboot: said already
             was = (before["findings"].get(cid) or {}).get("status")
             if f["status"] in ("pending_reboot", "error"):
                 bad.append(f"{cid} {f['status']}")

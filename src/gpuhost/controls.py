@@ -116,6 +116,26 @@ def _comparable(p: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in p.items() if k not in LOADER_OWN}
 
 
+# A PCI function's address as sysfs names it (domain:bus:device.function, lower-case hex):
+# a value that is anything else never goes into a command or a unit.
+PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def sh(*words: str) -> str:
+    """A shell command line whose every word is quoted: no value from an inventory or a host
+    is ever read by a shell as anything but one word."""
+    return shlex.join(str(w) for w in words)
+
+
+def setpci(d: dict, register: str) -> str:
+    """setpci selecting by address AND vendor:device (a renumbered bus writes nothing to a stranger)."""
+    return sh("setpci", "-s", d["bdf"], "-d", f"{d['vendor']:04x}:{d['device']:04x}", register)
+
+
+def strange_addresses(devices: list[dict]) -> list[str]:
+    return [repr(d.get("bdf")) for d in devices if not PCI_ADDRESS.match(str(d.get("bdf")))]
+
+
 def unit(name: str, description: str, commands: list[str]) -> dict:
     """A oneshot unit that re-applies a runtime setting at every boot."""
     execs = "".join(f"ExecStart={c}\n" for c in commands)
@@ -551,12 +571,19 @@ def module_missing_for(h: Host, release: str | None) -> bool:
     return bool(release) and drives_gpus_now(h) and release in built and not built[release]
 
 
+KERNEL_SERIES = re.compile(r"^\d+(\.\d+){0,2}$")
+
+
 def kernel_version(h: Host) -> Finding:
     cid = "kernel.version"
     minimum = kernel_minimum(h)
     running = h.boot.get("running_kernel")
     if minimum is None:
         return na(cid, "no minimum kernel set (gpuhost_kernel_min_version) and not Proxmox VE 8")
+    if not KERNEL_SERIES.match(minimum):
+        # the CLI's inventory check refuses it first; a playbook that skips the check still
+        # never hands it to apt or a shell
+        return error(cid, f"gpuhost_kernel_min_version is not a kernel version like \"6.14\": {minimum!r}")
     if running is None:
         return error(cid, "cannot read the running kernel")
     if at_least(running, minimum):
@@ -757,12 +784,15 @@ def nvidia_persistence(h: Host) -> Finding:
     return Finding(cid, "drift", observed, expected, msg, fix=fix)
 
 
+MRRS_4096 = "CAP_EXP+8.w=5000:7000"      # Device Control bits 14:12 = 101b: 4096 bytes
+
+
 def mrrs_unit(targets: list[dict]) -> dict:
     """Re-applied at boot on the devices judged, each matched by address AND vendor:device
     (setpci's -s and -d both select: a renumbered bus writes nothing to a stranger)."""
+    # every address matched PCI_ADDRESS: nothing in these lines is quoting or a specifier to systemd
     return unit("gpuhost-pcie-mrrs.service", "pcie.mrrs: MaxReadReq 4096 on GPU functions",
-                [f"-/usr/bin/setpci -s {d['bdf']} -d {d['vendor']:04x}:{d['device']:04x} CAP_EXP+8.w=5000:7000"
-                 for d in targets])
+                [f"-/usr/bin/{setpci(d, MRRS_4096)}" for d in targets])
 
 
 def pcie_mrrs(h: Host) -> Finding:
@@ -771,6 +801,9 @@ def pcie_mrrs(h: Host) -> Finding:
     targets = [d for d in h.f.get("pci") or [] if (d in h.gpus or d["bdf"] in extra) and d.get("driver") != "vfio-pci"]
     if not targets:
         return na(cid, "no NVIDIA GPU function the host drives")
+    strange = strange_addresses(targets)
+    if strange:
+        return error(cid, f"the host names a PCI function {', '.join(strange)}: not an address gpuhost puts in a command")
     unreadable = [d["bdf"] for d in targets if d.get("config_error")]
     if unreadable:
         return error(cid, f"cannot read config space of {', '.join(unreadable)}: {targets[0].get('config_error')}")
@@ -779,8 +812,7 @@ def pcie_mrrs(h: Host) -> Finding:
     observed = ", ".join(sorted({str(d.get("mrrs")) for d in targets})) + " bytes"
     if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "4096 bytes", f"MaxReadReq 4096 on {len(targets)} functions")
-    fix = {"unit": u, "commands": [f"setpci -s {d['bdf']} -d {d['vendor']:04x}:{d['device']:04x} CAP_EXP+8.w=5000:7000"
-                                   for d in bad]}
+    fix = {"unit": u, "commands": [setpci(d, MRRS_4096) for d in bad]}
     msg = (f"MaxReadReq {', '.join(sorted({str(d.get('mrrs')) for d in bad}))} on " + ", ".join(d["bdf"] for d in bad)
            if bad else "gpuhost's boot unit does not cover every GPU function")
     return Finding(cid, "drift", observed, "4096 bytes", msg, fix=fix)
@@ -926,8 +958,10 @@ def pcie_acs(h: Host) -> Finding:
     if ours_unit:
         fix["remove_unit"] = ACS_UNIT
     if bad:
-        fix["commands"] = [f"setpci -s {p['bdf']} -d {p['vendor']:04x}:{p['device']:04x} ECAP_ACS+6.w=0000:{ACS_REDIRECT_BITS:04x}"
-                           for p in bad]
+        strange = strange_addresses(bad)
+        if strange:
+            return error(cid, f"the host names a PCI function {', '.join(strange)}: not an address gpuhost puts in a command")
+        fix["commands"] = [setpci(p, f"ECAP_ACS+6.w=0000:{ACS_REDIRECT_BITS:04x}") for p in bad]
     observed = "; ".join(f"{p['bdf']} " + "+".join(n for bit, n in ACS_REDIRECT.items() if p["acs_ctrl"] & bit) for p in bad)
     msg = ("ACS redirect sends GPU peer traffic up to the root complex" if bad
            else "clear now, but the next boot sets ACS redirect again")
@@ -999,7 +1033,8 @@ def storage_scheduler(h: Host) -> Finding:
     observed = ", ".join(f"{b['name']}={b['scheduler']}" for b in ssd)
     if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "none", f"{len(ssd)} disks use none")
-    fix = {"unit": u, "commands": [f"echo none > /sys/block/{b['name']}/queue/scheduler" for b in bad]}
+    fix = {"unit": u, "commands": ["echo none > " + shlex.quote("/sys/block/" + b["name"] + "/queue/scheduler")
+                                   for b in bad]}
     msg = ", ".join(f"{b['name']} uses {b['scheduler']}" for b in bad) or "gpuhost's boot unit does not cover every disk"
     return Finding(cid, "drift", observed, "none", msg, fix=fix)
 

@@ -36,6 +36,11 @@ class RunResult:
     reports: dict[str, dict] = field(default_factory=dict)      # host -> {findings, changed, facts}
     unreachable: dict[str, str] = field(default_factory=dict)   # host -> reason
     failed: dict[str, str] = field(default_factory=dict)        # host -> "task: reason"
+    # host -> control -> "task: reason": a control's fix step failed (its rescue reports it)
+    control_failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    # host -> controls a task changed, as the events said: kept for a host that goes away
+    # before its report (its set_stats never runs)
+    changes: dict[str, list[str]] = field(default_factory=dict)
     hosts: list[str] = field(default_factory=list)
     bad_input: str | None = None                                # the inventory check's one line
 
@@ -84,8 +89,15 @@ class PlaybookRun:
                 task = str(data.get("task") or "?")
                 # a control's fix task fails into its rescue, which records it in the report
                 # and lets the host's other controls go on: that is not the host failing
-                if task.split(" | ", 1)[0] not in BY_ID:
+                cid = task.split(" | ", 1)[0]
+                if cid in BY_ID:
+                    result.control_failed.setdefault(host, {}).setdefault(cid, f"{task}: {describe(data.get('res'))}")
+                else:
                     result.failed.setdefault(host, f"{task}: {describe(data.get('res'))}")
+            elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
+                cid = str(data.get("task") or "").split(" | ", 1)[0]
+                if cid in BY_ID and cid not in result.changes.setdefault(host, []):
+                    result.changes[host].append(cid)
             elif kind == "playbook_on_stats":
                 stats = (data.get("artifact_data") or {}).get("gpuhost") or {}
                 result.reports.update(stats)

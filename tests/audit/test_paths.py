@@ -4,6 +4,7 @@ with snapshot sections, inventory variables and bad input."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 import yaml
@@ -376,3 +377,52 @@ def test_an_interrupted_fix_finishes_the_change_in_flight_and_reports_it(make_la
     assert len(changed) < 9, f"no new change started after the signal: {changed}"
     assert "storage.scheduler" not in changed and "lxc.gpu_passthrough" not in changed
     assert "rebooting" not in stderr, "an interrupted fix reboots nothing"
+
+
+def test_a_host_that_goes_away_mid_fix_keeps_its_findings_and_the_changes_made(make_lab):
+    from conftest import SEED_HOST
+
+    lab = make_lab(SEED_HOST)
+    # the host powers off right after pcie.mrrs's setpci write (a PSU trips, a BMC resets it)
+    lab.ssh("pve-gpu1", "mkdir -p /usr/local/bin && printf '#!/bin/sh\\n/usr/bin/setpci \"$@\" || exit\\n"
+                        "case \"$*\" in *=*) /usr/sbin/poweroff ;; esac\\n' > /usr/local/bin/setpci"
+                        " && chmod +x /usr/local/bin/setpci")
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "numa.balancing,pcie.mrrs,storage.scheduler")
+    assert run.rc == 3, run.stderr
+    host = run.report["hosts"]["pve-gpu1"]
+    assert host["reachable"] is False and "during the fix, after changing numa.balancing" in host["error"], host
+    findings = {f["control"]: f for f in host["findings"]}
+    assert set(findings) == {"numa.balancing", "pcie.mrrs", "storage.scheduler"}, "the audit's findings are kept"
+    assert findings["numa.balancing"]["changed"] is True
+    assert findings["storage.scheduler"]["changed"] is False, "nothing after the power-off is claimed"
+    assert all(f["before"] == "drift" for f in findings.values())
+
+
+def test_a_playbook_that_skips_the_inventory_check_still_runs_no_inventory_value_in_a_shell(make_lab, tmp_path):
+    """The roles used directly (no site.yml, so no inventory check): a kernel series made
+    of shell is judged an error and goes to no shell, apt or file on the host."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, SEED_HOST
+
+    lab = make_lab(SEED_HOST)
+    disk = lab.disk("pve-gpu1")
+    play = tmp_path / "direct.yml"
+    judged_file = tmp_path / "findings.json"
+    play.write_text("- hosts: pve-gpu1\n  gather_facts: false\n  vars: {gpuhost_apply: true}\n"
+                    "  roles: [gpuhost_common, gpuhost_kernel]\n  post_tasks:\n"
+                    "    - ansible.builtin.copy: {content: '{{ gpuhost_findings | to_json }}', dest: %s}\n"
+                    "      delegate_to: localhost\n" % judged_file)
+    hostile = "6.14'; touch /root/pwned; echo '$(touch /root/pwned2)"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True")
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), str(play),
+                          "-e", json.dumps({"gpuhost_kernel_min_version": hostile})],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr
+    judged = json.loads(judged_file.read_text())
+    assert judged["kernel.version"]["status"] == "error" and "not a kernel version" in judged["kernel.version"]["message"]
+    assert lab.ssh("pve-gpu1", "ls /root/pwned /root/pwned2", check=False).returncode != 0
+    assert lab.disk("pve-gpu1") == disk, "nothing was written"
