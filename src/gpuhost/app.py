@@ -36,6 +36,7 @@ class Options:
     diff: bool = False
     task_timeout: int = 120
     reboot_timeout: int = 600
+    lock_timeout: int = 1800
 
 
 def parse_controls(text: str | None) -> list[str]:
@@ -248,7 +249,7 @@ class App:
                     return self.finish("fix", before, before)
                 limit = ",".join(plan)
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
-                                   extra={"gpuhost_stop_file": stop})
+                                   extra={"gpuhost_stop_file": stop, **self.lock_vars()})
                 after.update(self.applied(before, self.hosts_from(result, list(plan))))
             if self.o.reboot == "if-needed" and not self.interrupted:
                 after = self.reboot_rollout(inventory, after)
@@ -257,6 +258,14 @@ class App:
             self.err.print(f"gpuhost fix: interrupted ({self.interrupted}): the report lists every change made")
             return 3
         return code
+
+    def lock_vars(self) -> dict:
+        """Who holds a host's lock, as a second run waiting for it is told."""
+        import getpass
+        import socket
+
+        return {"gpuhost_lock_timeout": self.o.lock_timeout, "gpuhost_reboot_timeout": self.o.reboot_timeout,
+                "gpuhost_run_holder": f"gpuhost fix by {getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})"}
 
     @staticmethod
     def with_failures(findings: dict, failed: dict[str, str]) -> dict:
@@ -344,7 +353,7 @@ class App:
                 break
             self.err.print(f"rebooting {host} ({i + 1}/{len(needing)})")
             result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host, playbook="reboot.yml",
-                               extra={"gpuhost_reboot_timeout": self.o.reboot_timeout})
+                               extra={"gpuhost_reboot_timeout": self.o.reboot_timeout, **self.lock_vars()})
             if host in result.unreachable or host in result.failed:
                 hosts[host] = {**hosts[host], "error": f"reboot failed: {result.unreachable.get(host) or result.failed.get(host)}"}
                 self._stop_rollout(hosts, needing[i + 1:])

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument("--yes", action="store_true", help="apply without asking")
     fix.add_argument("--reboot-timeout", type=_seconds, default=600, metavar="S",
                      help="how long to wait for a rebooted host to come back (default 600)")
+    fix.add_argument("--lock-timeout", type=_seconds, default=1800, metavar="S",
+                     help="how long to wait for another gpuhost run that is changing a host (default 1800)")
     fix.add_argument("--junit", metavar="F", help=argparse.SUPPRESS)
     fix.add_argument("--html", metavar="F", help=argparse.SUPPRESS)
     fix.add_argument("--diff", action="store_true", help="show diffs of changed files")
@@ -113,7 +115,8 @@ def run_app(args: argparse.Namespace) -> int:
     opts = Options(inventory=args.inventory, limit=parse_limit(args.limit), controls=parse_controls(args.controls),
                    json=args.json, junit=args.junit, html=args.html, diff=args.diff,
                    reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False),
-                   task_timeout=args.task_timeout, reboot_timeout=getattr(args, "reboot_timeout", 600))
+                   task_timeout=args.task_timeout, reboot_timeout=getattr(args, "reboot_timeout", 600),
+                   lock_timeout=getattr(args, "lock_timeout", 1800))
     app = App(opts)
     try:
         return app.audit() if args.command == "audit" else app.fix()

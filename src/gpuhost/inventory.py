@@ -25,7 +25,8 @@ CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuh
 
 
 # set by gpuhost itself or its lab, never a user's typo
-INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_file", "gpuhost_reboot_timeout")
+INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_file", "gpuhost_reboot_timeout",
+                 "gpuhost_lock_timeout", "gpuhost_run_holder")
 INTERNAL_PREFIXES = ("gpuhost_lab_",)
 CSTATE_LATENCY_MAX_US = 100000      # 0.1 s: no idle state the kernel knows exits slower
 

@@ -25,6 +25,7 @@ from .inventory import BAD_INPUT_MARK
 PROJECT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = PROJECT / "playbooks"
 CHECK_TASK = "gpuhost | check the inventory"
+LOCK_TASK = "gpuhost | wait for and take the host's lock"
 LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
 
@@ -79,7 +80,9 @@ class PlaybookRun:
                 return False
             if host and host not in seen_hosts and kind in ("runner_on_start", "runner_on_ok", "runner_on_unreachable"):
                 seen_hosts.append(host)
-            if kind == "runner_on_unreachable" and host:
+            if kind == "runner_on_unreachable" and host and data.get("task") == LOCK_TASK:
+                pass        # another run rebooted the host while this one waited: the lock tasks wait for it
+            elif kind == "runner_on_unreachable" and host:
                 res = data.get("res") or {}
                 msg = str(res.get("msg") or "unreachable")
                 if "Host key verification failed" in msg or "IDENTIFICATION HAS CHANGED" in msg:

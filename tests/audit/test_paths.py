@@ -426,3 +426,65 @@ def test_a_playbook_that_skips_the_inventory_check_still_runs_no_inventory_value
     assert judged["kernel.version"]["status"] == "error" and "not a kernel version" in judged["kernel.version"]["message"]
     assert lab.ssh("pve-gpu1", "ls /root/pwned /root/pwned2", check=False).returncode != 0
     assert lab.disk("pve-gpu1") == disk, "nothing was written"
+
+
+def test_a_fix_waits_for_another_runs_lock_and_an_audit_does_not(make_lab):
+    from conftest import SEED_HOST
+
+    lab = make_lab(SEED_HOST)
+    held = ('{"token": "t0", "holder": "gpuhost fix by ops@ctl02 (pid 4242)", "since": "2026-12-01T09:00:00Z", '
+            '"boot_id": "\'$(cat /proc/sys/kernel/random/boot_id)\'"}')
+    lab.ssh("pve-gpu1", f"mkdir -p /run/gpuhost && echo '{held}' > /run/gpuhost/fix.lock")
+    disk = lab.disk("pve-gpu1")
+    audit = gpuhost("audit", "-i", str(lab.inventory), "--controls", "numa.balancing")
+    assert audit.rc == 2 and audit.status("pve-gpu1") == {"numa.balancing": "drift"}, "an audit takes no lock"
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "numa.balancing", "--lock-timeout", "2")
+    assert fix.rc == 3
+    error = fix.report["hosts"]["pve-gpu1"]["error"]
+    assert "another gpuhost run changes this host: gpuhost fix by ops@ctl02 (pid 4242) holds /run/gpuhost/fix.lock" \
+        " since 2026-12-01T09:00:00Z (waited 2 s)" in error, error
+    assert fix.changed("pve-gpu1") == set() and lab.disk("pve-gpu1") == disk, "nothing changed while locked"
+    # the holder gives it back: the next fix runs, and gives its own lock back too
+    lab.ssh("pve-gpu1", "rm /run/gpuhost/fix.lock")
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "numa.balancing")
+    assert again.rc == 0 and again.changed("pve-gpu1") == {"numa.balancing"}
+    assert lab.ssh("pve-gpu1", "ls /run/gpuhost/fix.lock", check=False).returncode != 0, "released"
+
+
+def test_a_lock_from_an_earlier_boot_is_stale(make_lab):
+    from conftest import SEED_HOST
+
+    lab = make_lab(SEED_HOST)
+    lab.ssh("pve-gpu1", "mkdir -p /run/gpuhost && echo '{\"token\": \"t0\", \"holder\": \"a run that died\", "
+                        "\"boot_id\": \"00000000-0000-0000-0000-000000000000\"}' > /run/gpuhost/fix.lock")
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "numa.balancing", "--lock-timeout", "2")
+    assert fix.rc == 0 and fix.changed("pve-gpu1") == {"numa.balancing"}, fix.stderr
+
+
+def test_two_fixes_at_once_reboot_a_host_once_and_fail_nothing(make_lab, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import SEED_HOST, ci_stdin
+
+    lab = make_lab(SEED_HOST)
+    boots = lab.status("pve-gpu1")["boots"]
+    procs = []
+    with ci_stdin() as stdin:
+        for n in (1, 2):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed",
+                 "--controls", "numa.balancing,iommu.mode,pcie.mrrs", "--json", str(tmp_path / f"r{n}.json")],
+                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+        outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    changed = []
+    for n in (1, 2):
+        host = json.loads((tmp_path / f"r{n}.json").read_text())["hosts"]["pve-gpu1"]
+        assert "error" not in host and {f["status"] for f in host["findings"]} == {"pass"}, host
+        changed.append({f["control"] for f in host["findings"] if f["changed"]})
+    assert not changed[0] & changed[1], "one run changed each thing; the other found it done"
+    assert changed[0] | changed[1] == {"numa.balancing", "iommu.mode", "pcie.mrrs"}
+    assert lab.status("pve-gpu1")["boots"] == boots + 1, "one reboot between the two runs"

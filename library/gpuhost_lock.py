@@ -1,0 +1,146 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: the host's gpuhost lock, so that one run at a time changes a host."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpuhost_lock
+short_description: Take or give back the lock that lets one gpuhost run at a time change a host
+description:
+  - C(state=acquired) creates I(path) exclusively (C(O_CREAT|O_EXCL)), waiting up to
+    I(wait) seconds while another run holds it, and returns a I(token) that
+    C(state=released) must present, so a run only ever gives back its own lock.
+  - The lock lives under C(/run), a tmpfs: a reboot clears it. A lock recorded under
+    another boot ID, or older than I(max_age) seconds (its run died without giving it
+    back), is stale and taken over.
+  - Taking or giving back the lock changes nothing gpuhost reports (C(changed) is false).
+options:
+  state: {description: acquired or released, type: str, choices: [acquired, released], required: true}
+  path: {description: The lock file, type: path, default: /run/gpuhost/fix.lock}
+  holder: {description: Who takes it, as other runs will be told, type: str, default: gpuhost}
+  wait: {description: Seconds to wait for another run's lock, type: int, default: 1800}
+  max_age: {description: Seconds after which a lock whose run never gave it back is stale, type: int, default: 14400}
+  token: {description: The token acquired returned (state=released), type: str}
+author: gpuhost
+"""
+
+EXAMPLES = r"""
+- name: gpuhost | take the host's lock
+  gpuhost_lock: {state: acquired, holder: "gpuhost fix on ctl01"}
+  register: lock
+- name: gpuhost | give the lock back
+  gpuhost_lock: {state: released, token: "{{ lock.token }}"}
+"""
+
+RETURN = r"""
+token: {description: the lock's token, returned: when acquired, type: str}
+waited: {description: seconds spent waiting for another run, returned: when acquired, type: float}
+took_over: {description: the stale lock that was replaced, returned: when one was, type: dict}
+"""
+
+import json
+import os
+import time
+import uuid
+
+from ansible.module_utils.basic import AnsibleModule
+
+POLL_S = 0.5
+
+
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def read_lock(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}           # half-written or foreign: judged by its age alone
+
+
+def stale(lock, path, max_age):
+    if lock.get("boot_id") and lock["boot_id"] != boot_id():
+        return True
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return False
+    return age > max_age
+
+
+def try_create(path, record):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+
+
+def acquire(module):
+    p = module.params
+    path = p["path"]
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    token = uuid.uuid4().hex
+    record = {"token": token, "holder": p["holder"], "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "boot_id": boot_id()}
+    start = time.monotonic()
+    took_over = None
+    while True:
+        try:
+            try_create(path, record)
+            return dict(changed=False, token=token, waited=round(time.monotonic() - start, 1),
+                        **({"took_over": took_over} if took_over else {}))
+        except FileExistsError:
+            pass
+        held = read_lock(path)
+        if held is None:
+            continue                    # given back between the two calls: try again now
+        if stale(held, path, p["max_age"]):
+            took_over = {k: held.get(k) for k in ("holder", "since")}
+            try:
+                os.unlink(path)         # two runs that both see it stale: O_EXCL lets one win
+            except FileNotFoundError:
+                pass
+            continue
+        if time.monotonic() - start >= p["wait"]:
+            module.fail_json(msg="another gpuhost run changes this host: %s holds %s since %s (waited %d s)"
+                                 % (held.get("holder", "?"), path, held.get("since", "?"), p["wait"]))
+        time.sleep(POLL_S)
+
+
+def release(module):
+    path, token = module.params["path"], module.params["token"]
+    held = read_lock(path)
+    if held and held.get("token") == token:
+        os.unlink(path)
+    # anything else is not ours: a reboot cleared /run, or a stale-lock takeover replaced it
+    return dict(changed=False)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(state=dict(type="str", required=True, choices=["acquired", "released"]),
+                           path=dict(type="path", default="/run/gpuhost/fix.lock"),
+                           holder=dict(type="str", default="gpuhost"),
+                           wait=dict(type="int", default=1800),
+                           max_age=dict(type="int", default=14400),
+                           token=dict(type="str", no_log=False)),
+        required_if=[("state", "released", ("token",))],
+        supports_check_mode=True)
+    if module.check_mode:
+        module.exit_json(changed=False, token="", waited=0)     # an audit holds no lock
+    result = acquire(module) if module.params["state"] == "acquired" else release(module)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
