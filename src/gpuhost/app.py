@@ -231,7 +231,12 @@ class App:
     def audit(self) -> int:
         inventory = self.inventory()
         result = self.play("gpuhost audit", inventory, check=True, limit=self.o.limit)
-        return self.finish("audit", self.hosts_from(result, result.hosts))
+        hosts = self.hosts_from(result, result.hosts)
+        for h in hosts.values():
+            h["changed"] = []           # an audit changes nothing, even the preview's "would change"
+        if self.o.diff:
+            rep.render_diffs(result.diffs, self.console)
+        return self.finish("audit", hosts)
 
     def fix(self) -> int:
         inventory = self.inventory()
@@ -251,6 +256,8 @@ class App:
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
                                    extra={"gpuhost_stop_file": stop, **self.lock_vars()})
                 after.update(self.applied(before, self.hosts_from(result, list(plan))))
+                if self.o.diff:
+                    rep.render_diffs(result.diffs, self.console)
             if self.o.reboot == "if-needed" and not self.interrupted:
                 after = self.reboot_rollout(inventory, after)
         code = self.finish("fix", after, before)

@@ -67,6 +67,25 @@ def exit_code(report: dict) -> int:
     return EXIT_OK
 
 
+def render_diffs(diffs: dict[str, list[tuple[str, dict]]], console) -> None:
+    """The changes a fix made (or, in an audit's preview, would make), as unified diffs."""
+    import difflib
+
+    for host, items in diffs.items():
+        for task, d in items:
+            console.print(f"[bold]{host}[/]: {task}", highlight=False)
+            if d.get("prepared"):
+                console.print(str(d["prepared"]).rstrip("\n"), markup=False, highlight=False)
+                continue
+            before, after = str(d.get("before") or ""), str(d.get("after") or "")
+            lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                         fromfile=f"{host}:{d.get('before_header') or ''}",
+                                         tofile=f"{host}:{d.get('after_header') or ''}")
+            for line in lines:
+                style = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1]) if line[:3] not in ("---", "+++") else "bold"
+                console.print(line.rstrip("\n"), style=style, markup=False, highlight=False)
+
+
 def write_json(report: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n")
 

@@ -42,6 +42,8 @@ class RunResult:
     # host -> controls a task changed, as the events said: kept for a host that goes away
     # before its report (its set_stats never runs)
     changes: dict[str, list[str]] = field(default_factory=dict)
+    # host -> [(task, diff)]: what each task changed or, in check mode, would change
+    diffs: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
     hosts: list[str] = field(default_factory=list)
     bad_input: str | None = None                                # the inventory check's one line
 
@@ -60,6 +62,17 @@ class PlaybookRun:
     # None: ansible-runner's own SIGINT/SIGTERM handling (kills the play); a callable is
     # asked instead, so a run that changes hosts is never killed mid-change
     cancel: Callable[[], bool] | None = None
+
+    @staticmethod
+    def _keep_diffs(result: RunResult, host: str, task: str, res: dict) -> None:
+        parts = [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]
+        for part in parts:
+            diff = part.get("diff")
+            for d in (diff if isinstance(diff, list) else [diff] if diff else []):
+                if isinstance(d, dict) and (d.get("before") != d.get("after") or d.get("prepared")):
+                    result.diffs.setdefault(host, []).append((task, d))
+            if part is res and res.get("msg") and str(res.get("msg")).startswith("would "):
+                result.diffs.setdefault(host, []).append((task, {"prepared": str(res["msg"]) + "\n"}))
 
     def run(self) -> RunResult:
         private = Path(tempfile.mkdtemp(prefix="gpuhost-run-"))
@@ -98,6 +111,7 @@ class PlaybookRun:
                 else:
                     result.failed.setdefault(host, f"{task}: {describe(data.get('res'))}")
             elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
+                self._keep_diffs(result, host, str(data.get("task") or ""), data["res"])
                 cid = str(data.get("task") or "").split(" | ", 1)[0]
                 if cid in BY_ID and cid not in result.changes.setdefault(host, []):
                     result.changes[host].append(cid)

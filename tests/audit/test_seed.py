@@ -53,12 +53,20 @@ def test_seed_audit_reports_what_the_spec_says_and_writes_nothing(seed_lab, tmp_
 
 
 def test_audit_preview_shows_the_fix_in_check_mode_and_still_writes_nothing(seed_lab):
-    disk = seed_lab.disk("pve-gpu1")
-    run = gpuhost("audit", "-i", str(seed_lab.inventory), "--limit", "pve-gpu1", "--diff",
-                  "--controls", "numa.balancing,iommu.mode")
+    disks = {h: seed_lab.disk(h) for h in ("pve-gpu1", "llm-two")}
+    sys_before = seed_lab.snapshot("pve-gpu1")
+    run = gpuhost("audit", "-i", str(seed_lab.inventory), "--diff")
     assert run.rc == 2, run.stderr
-    assert run.status("pve-gpu1") == {"numa.balancing": "drift", "iommu.mode": "drift"}
-    assert seed_lab.disk("pve-gpu1") == disk
+    assert run.status("pve-gpu1") == SEED_EXPECTED
+    assert run.changed("pve-gpu1") == set(), "an audit marks nothing changed, even what it previews"
+    # every fix step previewed, nothing written: not even apt's planner log (eipp.log.xz)
+    assert {h: seed_lab.disk(h) for h in disks} == disks
+    assert seed_lab.snapshot("pve-gpu1") == sys_before
+    # the diffs it computed are printed
+    assert "+++ pve-gpu1:/etc/sysctl.d/99-gpuhost-numa-balancing.conf" in run.stdout
+    assert "+kernel.numa_balancing = 0" in run.stdout
+    assert "would install proxmox-kernel-6.14 proxmox-headers-6.14" in run.stdout
+    assert "iommu=pt" in "".join(l for l in run.stdout.splitlines() if l.startswith("+"))
 
 
 def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
