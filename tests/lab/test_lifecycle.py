@@ -151,3 +151,20 @@ def test_not_yaml_and_unknown_host(tmp_path, make_lab):
     assert res.returncode == 1 and "no host 'nosuch' in this lab" in res.stderr
     res = gpuhost("lab", "status", "--dir", str(tmp_path / "nolab"))
     assert res.returncode == 1 and res.stderr.strip() == f"error: no lab in {tmp_path / 'nolab'}"
+
+
+def test_a_lab_hosts_packages_do_not_follow_the_machines_dpkg(make_lab):
+    """An apt run on the machine after `lab up` (here: one interrupted, which leaves a
+    journal entry in /var/lib/dpkg/updates) must not break a lab host's kernel install."""
+    lab = make_lab(SEED_HOST)
+    journal = Path("/var/lib/dpkg/updates/0999")
+    assert not journal.exists()
+    try:
+        journal.write_text("Package: gpuhost-lab-test\nStatus: install ok half-configured\n")
+        run = lab.ssh("pve-gpu1", "apt-get install -y -q proxmox-kernel-6.14 >/dev/null && dpkg --audit", check=False,
+                      timeout=300)
+        assert run.returncode == 0, run.stderr
+    finally:
+        journal.unlink(missing_ok=True)
+    assert lab.out("pve-gpu1", "dpkg-query -W -f='${Status}' proxmox-kernel-6.14") == "install ok installed"
+    assert "gpuhost-lab-test" not in lab.out("pve-gpu1", "cat /var/lib/dpkg/status")

@@ -75,8 +75,13 @@ def _write(root: Path, rel: str, text: str | bytes, mode: int = 0o644) -> None:
 # Directories whose content on the machine underneath a host must not see: root's home
 # (the lab machine's dotfiles), apt's sources and lists (they point at the network),
 # enabled units and sysctl.d (the machine's services and settings), kernels and modules.
+# dpkg's journal too: an interrupted dpkg on the machine leaves entries there that would
+# make every lab host's dpkg refuse to run ("dpkg was interrupted").
 HIDDEN_DIRS = ("root", "boot", "usr/lib/modules", "etc/apt/sources.list.d", "var/lib/apt/lists",
-               "etc/systemd/system/multi-user.target.wants", "etc/sysctl.d")
+               "etc/systemd/system/multi-user.target.wants", "etc/sysctl.d", "var/lib/dpkg/updates")
+# The package database a lab host starts from: the machine's, copied into the host's own
+# layer at provisioning, so later apt runs on the machine change nothing a lab host sees.
+DPKG_STATE = ("status", "available", "diversions", "statoverride", "arch", "triggers/File", "triggers/Unincorp")
 
 
 def hide_lower_dirs(upper: Path) -> None:
@@ -190,6 +195,10 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     _write(root, "etc/apt/sources.list.d/gpuhost-lab.list",
            f"# the lab's local kernel repository\ndeb [trusted=yes] file:/{REPO_MOUNT} ./\n")
     _write(root, "etc/apt/apt.conf.d/99gpuhost-lab", 'APT::Sandbox::User "root";\nAcquire::Languages "none";\n')
+    for name in DPKG_STATE:
+        path = root / "var/lib/dpkg" / name
+        if path.is_file():
+            _write(root, f"var/lib/dpkg/{name}", path.read_bytes(), path.stat().st_mode & 0o777)
     install_shims(root, spec)
     if isinstance(spec, HostSpec):
         _provision_host(root, spec)
