@@ -359,8 +359,10 @@ class App:
                 self.err.print(f"[red]roll-out stopped ({self.interrupted}): {', '.join(needing[i:])} not rebooted[/]")
                 break
             self.err.print(f"rebooting {host} ({i + 1}/{len(needing)})")
-            result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host, playbook="reboot.yml",
-                               extra={"gpuhost_reboot_timeout": self.o.reboot_timeout, **self.lock_vars()})
+            with self.waiting_line(host):
+                result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host,
+                                   playbook="reboot.yml",
+                                   extra={"gpuhost_reboot_timeout": self.o.reboot_timeout, **self.lock_vars()})
             if host in result.unreachable or host in result.failed:
                 hosts[host] = {**hosts[host], "error": f"reboot failed: {result.unreachable.get(host) or result.failed.get(host)}"}
                 self._stop_rollout(hosts, needing[i + 1:])
@@ -379,6 +381,31 @@ class App:
                 self._stop_rollout(hosts, needing[i + 1:])
                 break
         return hosts
+
+    WAIT_LINE_S = 15
+
+    @contextlib.contextmanager
+    def waiting_line(self, host: str):
+        """A line every WAIT_LINE_S seconds while a rebooted host is awaited, so a long wait
+        (firmware POST on a GPU server takes minutes) reads as progress, not a hang."""
+        import threading
+        import time
+
+        done = threading.Event()
+        start = time.monotonic()
+
+        def tick():
+            while not done.wait(self.WAIT_LINE_S):
+                self.err.print(f"[dim]waiting for {host} to come back: {int(time.monotonic() - start)} s "
+                               f"of {self.o.reboot_timeout} s[/]", highlight=False)
+
+        thread = threading.Thread(target=tick, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     @staticmethod
     def worse_after_reboot(before: dict, after: dict) -> str:

@@ -120,6 +120,15 @@ def test_two_labs_side_by_side_get_their_own_addresses(make_lab):
     (lambda d: d["boot"].__setitem__("loader", "lilo"), "boot.loader: Input should be 'systemd-boot', 'grub' or 'grub-esp'"),
     (lambda d: d.__setitem__("colour", "blue"), "colour: unknown field"),
     (lambda d: d["nvidia"]["gpus"][0].__setitem__("bdf", "0000:05:00.0"), "nvidia.gpus[0].bdf: no device 0000:05:00.0 in pci"),
+    # a spec the lab could not bring up in bounded time is refused with the limit it exceeds
+    (lambda d: d["cpu"].update(sockets=16, cores_per_socket=512, threads_per_core=8),
+     "cpu: 65536 logical CPUs (sockets x cores x threads) exceed the lab's limit of 1024"),
+    (lambda d: d["cpu"].__setitem__("cstates", [{"name": f"C{i}", "latency_us": i} for i in range(12)]),
+     "cpu.cstates: 12 idle states exceed the lab's limit of 10"),
+    (lambda d: d["block"].extend({**d["block"][0], "name": f"sd{i}"} for i in range(300)),
+     f"block: {300 + len(yaml.safe_load(SEED_HOST.read_text())['block'])} block devices exceed the lab's limit of 256"),
+    (lambda d: d.__setitem__("files", {"/etc/big.conf": "x" * (2 << 20)}),
+     "files./etc/big.conf: 2097152 bytes exceed the lab's limit of 1048576 per file"),
 ])
 def test_malformed_spec_is_one_line_naming_file_and_field_and_starts_nothing(tmp_path, mutate, expected):
     data = yaml.safe_load(SEED_HOST.read_text())
@@ -168,3 +177,31 @@ def test_a_lab_hosts_packages_do_not_follow_the_machines_dpkg(make_lab):
         journal.unlink(missing_ok=True)
     assert lab.out("pve-gpu1", "dpkg-query -W -f='${Status}' proxmox-kernel-6.14") == "install ok installed"
     assert "gpuhost-lab-test" not in lab.out("pve-gpu1", "cat /var/lib/dpkg/status")
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_a_killed_lab_up_leaves_no_supervisor_behind(tmp_path, sig):
+    import signal
+    import time
+
+    lab_dir = tmp_path / "lab"
+    proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "lab", "up", str(SEED_HOST), str(SEED_GUEST),
+                             "--dir", str(lab_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = lab_dir / "supervisor.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert proc.poll() is None and time.monotonic() < deadline, "the supervisor never started"
+        time.sleep(0.02)
+    supervisor = int(pid_file.read_text())
+    proc.send_signal(getattr(signal, sig))
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{supervisor}").exists() and "Z" not in Path(f"/proc/{supervisor}/stat").read_text().split(")")[1][:3]:
+        assert time.monotonic() < deadline, f"the supervisor {supervisor} outlived a {sig}ed lab up"
+        time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while _processes_mentioning(str(lab_dir)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_mentioning(str(lab_dir)) == [], "no host process of the lab is left"
+    assert not list(manager.CLAIMS.glob("*")) or all(
+        c.read_text().strip() != str(lab_dir) for c in manager.CLAIMS.glob(f"{manager.NETWORK}.*")), "addresses released"

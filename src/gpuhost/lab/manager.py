@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,9 @@ from .spec import GuestSpec, HostSpec, SpecError, load_specs
 
 NETWORK = "127.0.1"          # the lab's loopback network; nothing of it listens elsewhere
 CLAIMS = Path("/run/gpuhost-lab") if Path("/run").is_dir() else Path("/tmp/gpuhost-lab")
+# `lab up` waits this long for its hosts to boot (the spec limits keep a host's boot to seconds)
+BRING_UP_LIMIT_S = 120
+BRING_UP_PER_HOST_S = 10
 REQUIRED_TOOLS = ("unshare", "mount", "fusermount3", "ssh", "ssh-keygen", "dpkg-deb", "apt-get")
 
 
@@ -185,20 +189,47 @@ def up(spec_paths: list[str], directory: str | Path | None = None) -> Path:
     preflight()
     layout.dir.mkdir(parents=True, exist_ok=True)
     layout.dir.chmod(0o700)
+    limit = BRING_UP_LIMIT_S + BRING_UP_PER_HOST_S * len(specs)
     try:
-        addrs = claim_addresses(layout, len(specs))
-        _prepare(layout, specs, spec_paths, addrs)
-        _start_supervisor(layout)
-        reply = request(layout, "status", wait=True)
-        failed = {n: h for n, h in reply["hosts"].items() if h["state"] != "up"}
-        if failed:
-            name, h = next(iter(failed.items()))
-            raise LabError(f"{name} did not boot: {h['error'] or h['state']}")
-        _write_inventory(layout, specs, addrs)
+        with _terminate_as_interrupt():
+            addrs = claim_addresses(layout, len(specs))
+            _prepare(layout, specs, spec_paths, addrs)
+            _start_supervisor(layout)
+            try:
+                reply = request(layout, "status", wait=True, wait_s=limit, timeout=limit + 10)
+            except TimeoutError:
+                raise LabError(f"the lab did not come up within its limit of {limit} s") from None
+            if not reply.get("booted", True):
+                pending = ", ".join(n for n, h in reply["hosts"].items() if h["state"] != "up")
+                raise LabError(f"the lab did not come up within its limit of {limit} s (still booting: {pending})")
+            failed = {n: h for n, h in reply["hosts"].items() if h["state"] != "up"}
+            if failed:
+                name, h = next(iter(failed.items()))
+                raise LabError(f"{name} did not boot: {h['error'] or h['state']}")
+            _write_inventory(layout, specs, addrs)
+            request(layout, "adopt", timeout=30)
     except BaseException:
         _teardown(layout)
         raise
     return layout.inventory
+
+
+@contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM and SIGHUP during `lab up` tear the half-made lab down, as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _prepare(layout: LabLayout, specs, spec_paths: list[str], addrs: list[str]) -> None:

@@ -50,6 +50,19 @@ class Firmware(_Strict):
     virtualized: bool
 
 
+# What one lab host can render and boot in bounded time (seconds, on 2 cores). A spec over
+# a limit is refused naming it. Real machines fit: the largest two-socket x86 servers have
+# 768 threads; the kernel keeps at most CPUIDLE_STATE_MAX (10) idle states per CPU
+# (include/linux/cpuidle.h).
+LIMITS = {"logical_cpus": 1024, "cstates": 10, "pci": 1024, "gpus": 64, "block": 256, "lxc": 256,
+          "kernels": 64, "files": 256, "file_bytes": 1 << 20}
+
+
+def _within(loc: tuple, count: int, limit_key: str, what: str) -> None:
+    if count > LIMITS[limit_key]:
+        raise _FieldError(loc, f"{count} {what} exceed the lab's limit of {LIMITS[limit_key]}")
+
+
 class CState(_Strict):
     name: str
     latency_us: int = Field(ge=0)
@@ -276,6 +289,13 @@ class HostSpec(_Strict):
                     raise _FieldError(("nvidia", "gpus", i, "bdf"), f"no device {gpu.bdf} in pci")
         if self.kernel.pinned is not None and self.kernel.pinned not in self.kernel.installed:
             raise _FieldError(("kernel", "pinned"), f"{self.kernel.pinned} is not in kernel.installed")
+        _within(("cpu",), self.cpu.logical_cpus, "logical_cpus", "logical CPUs (sockets x cores x threads)")
+        _within(("cpu", "cstates"), len(self.cpu.cstates), "cstates", "idle states")
+        _within(("pci",), len(self.pci), "pci", "PCI functions")
+        _within(("nvidia", "gpus"), len(self.nvidia.gpus) if self.nvidia else 0, "gpus", "GPUs")
+        _within(("block",), len(self.block), "block", "block devices")
+        _within(("lxc",), len(self.lxc), "lxc", "containers")
+        _within(("kernel", "installed"), len(self.kernel.installed), "kernels", "kernels")
         if self.cpu.numa_nodes > self.cpu.logical_cpus:
             raise _FieldError(("cpu", "numa_nodes"), "more NUMA nodes than CPUs")
         vmids = [c.vmid for c in self.lxc]
@@ -343,7 +363,11 @@ class _FieldError(ValueError):
 
 
 def _check_files(files: dict[str, str]) -> None:
-    for path in files:
+    _within(("files",), len(files), "files", "files")
+    for path, content in files.items():
+        size = len(content.encode())
+        if size > LIMITS["file_bytes"]:
+            raise _FieldError(("files", path), f"{size} bytes exceed the lab's limit of {LIMITS['file_bytes']} per file")
         if not path.startswith("/") or ".." in path.split("/") or path.endswith("/"):
             raise _FieldError(("files", path), "must be an absolute file path without '..'")
         if path.startswith(("/proc/", "/sys/", "/dev/", "/run/")):

@@ -58,16 +58,33 @@ class Supervisor:
             self.hosts[h["name"]] = Host(h["name"], load_spec(layout.spec_copy(h["name"])), h["addr"])
         self.booted = threading.Event()
         self.stopping = False
+        # until `lab up` adopts the lab (its inventory written), the lab lives only as long
+        # as that process: an `up` killed mid-way (even by SIGKILL) leaves nothing running
+        self.adopted = threading.Event()
+        self.owner = os.getppid()
 
     # ---- the FUSE side -------------------------------------------------------------
     def run(self) -> None:
         self.layout.fs.mkdir(exist_ok=True)
         threading.Thread(target=self._serve_control, daemon=True, name="control").start()
         threading.Thread(target=self._boot_all, daemon=True, name="boot").start()
+        threading.Thread(target=self._watch_owner, daemon=True, name="owner").start()
         try:
             fusefs.serve(self.fs, str(self.layout.fs))
         finally:
             self._stop_all()
+
+    def _watch_owner(self) -> None:
+        while not self.adopted.wait(0.2):
+            if os.getppid() != self.owner:          # reparented: `lab up` is gone
+                log.error("lab up (pid %d) went away before the lab was up: taking it down", self.owner)
+                self.stopping = True
+                self.booted.wait(timeout=60)        # a boot in progress ends first, then it is stopped
+                self._stop_all()
+                from .manager import release_addresses
+                release_addresses(self.layout)
+                self._shutdown()
+                return
 
     def _wait_mounted(self) -> None:
         deadline = time.monotonic() + 20
@@ -121,6 +138,8 @@ class Supervisor:
 
     def boot(self, h: Host) -> None:
         with h.lock:
+            if self.stopping:
+                return              # the lab is being taken down: boot nothing more
             try:
                 self._boot(h)
             except Exception as exc:
@@ -245,7 +264,7 @@ class Supervisor:
         op = req.get("op")
         if op == "status":
             if req.get("wait"):
-                self.booted.wait(timeout=req.get("timeout", 300))
+                self.booted.wait(timeout=req.get("wait_s", 300))
             return {"ok": True, "hosts": self._status(), "pid": os.getpid(), "booted": self.booted.is_set()}
         if op == "reboot":
             h = self._host(req)
@@ -258,6 +277,9 @@ class Supervisor:
                 return {"ok": False, "error": f"{h.name} has no kernel of its own"}
             snap = {p: (v if isinstance(v, str) else base64.b64encode(v).decode()) for p, v in tree.snapshot().items()}
             return {"ok": True, "snapshot": snap}
+        if op == "adopt":
+            self.adopted.set()
+            return {"ok": True}
         if op == "down":
             self.stopping = True
             self._stop_all()

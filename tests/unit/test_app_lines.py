@@ -1,0 +1,39 @@
+"""Lines the CLI prints while it waits, and the report of a fix whose steps failed."""
+import io
+import time
+
+from rich.console import Console
+
+from gpuhost.app import App, Options
+
+
+def test_a_reboot_wait_prints_a_progress_line_while_it_waits():
+    out = io.StringIO()
+    app = App(Options(reboot_timeout=600), console=Console(file=io.StringIO()), err=Console(file=out, soft_wrap=True))
+    app.WAIT_LINE_S = 0.05
+    with app.waiting_line("pve-gpu1"):
+        time.sleep(0.18)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 2 and all(l.startswith("waiting for pve-gpu1 to come back: ") and l.endswith(" s of 600 s")
+                                   for l in lines), lines
+
+
+def test_a_failed_fix_is_its_controls_error_and_keeps_what_the_host_is_now():
+    findings = {"iommu.mode": {"control": "iommu.mode", "status": "drift", "message": "add iommu=pt",
+                               "observed": "DMA-FQ", "expected": "passthrough", "reboot_required": True},
+                "numa.balancing": {"control": "numa.balancing", "status": "pass", "message": "off"}}
+    out = App.with_failures(findings, {"iommu.mode": "iommu.mode | set kernel parameters: refresh failed"})
+    assert out["iommu.mode"]["status"] == "error" and out["iommu.mode"]["reboot_required"] is False
+    assert out["iommu.mode"]["message"] == "the fix failed: iommu.mode | set kernel parameters: refresh failed (now: add iommu=pt)"
+    assert out["iommu.mode"]["observed"] == "DMA-FQ"
+    assert out["numa.balancing"] == findings["numa.balancing"]
+
+
+def test_a_host_gone_before_its_report_keeps_the_audit_and_the_changes():
+    before = {"h": {"reachable": True, "findings": {"numa.balancing": {"control": "numa.balancing", "status": "drift"}}}}
+    gone = {"h": {"reachable": False, "error": "unreachable: Connection refused", "findings": {}, "changed": ["numa.balancing"]}}
+    out = App.applied(before, gone)["h"]
+    assert out["reachable"] is False and out["findings"] == before["h"]["findings"]
+    assert out["changed"] == ["numa.balancing"]
+    assert out["error"] == ("unreachable: Connection refused (during the fix, after changing numa.balancing; "
+                            "the findings are the audit's, not judged again)")
