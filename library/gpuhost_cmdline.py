@@ -33,7 +33,7 @@ options:
     elements: str
     default: []
   backup:
-    description: Keep a timestamped copy of a file before changing it.
+    description: Keep a timestamped copy of a file before changing it, in /var/backups/gpuhost (never beside it).
     type: bool
     default: true
 author: gpuhost
@@ -58,6 +58,7 @@ import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuhost_write import backup, write_atomic
 from ansible.module_utils.gpuhost_probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments, shell_scan
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
@@ -273,7 +274,7 @@ def main():
         existed = dict((path, os.path.exists(path)) for path in files)
         for path, (_, text) in files.items():
             if module.params["backup"] and existed[path]:
-                result["backup_file"] = module.backup_local(path)
+                result["backup_file"] = backup(path)
             write_atomic(module, path, text)
         rc, out, err = module.run_command(refresh)
         if rc != 0:
@@ -290,18 +291,6 @@ def main():
                 **result)
         result["refresh"] = " ".join(refresh)
     module.exit_json(**result)
-
-
-def write_atomic(module, path, text):
-    """Write beside the file under a name no loader reads, then rename over it (ownership
-    and mode kept by atomic_move)."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
-    tmp = os.path.join(directory, ".%s.gpuhost-tmp" % os.path.basename(path))
-    with open(tmp, "w") as f:
-        f.write(text)
-    module.atomic_move(tmp, path)
 
 
 if __name__ == "__main__":

@@ -38,10 +38,9 @@ linked: {description: the wants link made, returned: when made, type: str}
 """
 
 import os
-import shutil
-import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuhost_write import backup, write_atomic
 
 
 def main():
@@ -63,19 +62,8 @@ def main():
         diffs.append(dict(before_header=path, after_header=path, before=before or "", after=content))
         if not module.check_mode:
             if before is not None and p["backup_dir"]:
-                if not os.path.isdir(p["backup_dir"]):
-                    os.makedirs(p["backup_dir"], 0o700)
-                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-                result["backup_file"] = os.path.join(p["backup_dir"], "%s.%s" % (os.path.basename(path), stamp))
-                shutil.copy2(path, result["backup_file"])
-            directory = os.path.dirname(path)
-            if not os.path.isdir(directory):
-                os.makedirs(directory)
-            tmp = "%s.gpuhost-%d" % (path, os.getpid())
-            with open(tmp, "w") as f:
-                f.write(content)
-            os.chmod(tmp, (os.stat(path).st_mode & 0o7777) if before is not None else int(p["mode"], 8))
-            os.rename(tmp, path)
+                result["backup_file"] = backup(path, p["backup_dir"])
+            write_atomic(module, path, content, None if before is not None else int(p["mode"], 8))
     if p["wanted_by"]:
         link = "/etc/systemd/system/%s.wants/%s" % (p["wanted_by"], os.path.basename(path))
         if not (os.path.islink(link) and os.readlink(link) == path):

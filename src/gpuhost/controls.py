@@ -997,6 +997,10 @@ def lxc_gpu_passthrough(h: Host) -> Finding:
         if lxcconf.problems(lxcconf.inspect(vmid, fixed), devices):   # a fix that cannot reach pass is not attempted
             manual.append(f"{vmid}: " + ", ".join(probs) + " (gpuhost cannot repair this config)")
             continue
+        unreadable = lxcconf.reads_back(text, fixed)
+        if unreadable:                 # validated as pve-container reads it, before a byte is written
+            manual.append(f"{vmid}: " + ", ".join(probs) + f" (the repair was refused: {unreadable})")
+            continue
         broken.append(f"{vmid}: " + ", ".join(probs))
         files.append({"path": f"/etc/pve/lxc/{vmid}.conf", "content": fixed, "vmid": vmid})
     if not given:

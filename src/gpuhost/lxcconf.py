@@ -218,3 +218,20 @@ def repair(text: str, devices: dict[int, str]) -> str:
     again = needed_allows(inspect("", "".join(out)), majors)
     out += [f"lxc.cgroup2.devices.allow: c {m}:* rwm\n" for m in again]
     return "".join(out + rest)
+
+
+# A line pve-container reads (pve-docs, "Configuration File Format" of pct.conf): a comment,
+# a blank line, "OPTION: value", or a raw LXC key with ":" or "=".
+PCT_LINE_RE = re.compile(r"^(#.*|\s*|lxc\.[a-z0-9_.\-]+\s*[:=]\s*.*|[a-z][a-z_]*\d*:\s*\S.*)$")
+
+
+def reads_back(original: str, fixed: str) -> str | None:
+    """Why *fixed* would not read back as intended (None when it would): every line the
+    repair wrote is one pve-container parses, and the snapshot sections are as they were."""
+    if main_section(fixed)[1] != main_section(original)[1]:
+        return "a snapshot section would change"
+    kept = set(main_section(original)[0])
+    for line in main_section(fixed)[0]:
+        if line not in kept and not PCT_LINE_RE.match(line.rstrip("\r\n")):
+            return f"the line {line.rstrip()!r} is not one pve-container reads"
+    return None

@@ -90,6 +90,14 @@ def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
         assert _device_config(after, bdf) == _device_config(before, bdf), bdf
     assert lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf") == ct130
     assert lab.out("pve-gpu1", "ls /boot/vmlinuz-*").split() == ["/boot/vmlinuz-6.14.11-4-pve", "/boot/vmlinuz-6.8.12-4-pve"]
+    # no temporary or backup file beside any config (least of all in /etc/pve, which a
+    # cluster replicates); the copies of the edited files are in /var/backups/gpuhost
+    assert lab.out("pve-gpu1", "find /etc -name '*gpuhost-tmp*' -o -name '*.gpuhost-[0-9]*' -o -name '*~'") == ""
+    backups = lab.out("pve-gpu1", "ls /var/backups/gpuhost").split()
+    assert {b.split(".20")[0] for b in backups} >= {"cmdline", "129.conf"}, backups
+    # each edit keeps a copy, the first one the file as it was before gpuhost
+    assert lab.out("pve-gpu1", "cat \"$(ls /var/backups/gpuhost/cmdline.* | sort | head -n 1)\"") == \
+        "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet"
     # a second fix changes nothing
     again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
     assert again.rc == 0 and again.changed("pve-gpu1") == set()
