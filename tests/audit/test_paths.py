@@ -170,13 +170,13 @@ def test_container_config_with_snapshots_is_fixed_in_its_main_section_only(make_
     ("gpuhost_waivers", [{"control": "pcie.mrrs", "reason": "x", "expires": "soon"}], "host pve-gpu1: gpuhost_waivers[0]: expires must be a date YYYY-MM-DD, not 'soon'"),
 ])
 def test_bad_inventory_variables_stop_the_run_before_any_host_is_touched(seed_lab, var, value, expected):
-    disk = seed_lab.disk("pve-gpu1")
+    disk, sys_before = seed_lab.disk("pve-gpu1"), seed_lab.snapshot("pve-gpu1")
     inv = inventory_with(seed_lab, {"pve-gpu1": {var: value}})
     for verb in (["audit"], ["fix", "--yes"]):
         run = gpuhost(*verb, "-i", str(inv))
         assert run.rc == 1
         assert run.stderr == f"error: {expected}\n"
-    assert seed_lab.disk("pve-gpu1") == disk
+    assert seed_lab.disk("pve-gpu1") == disk and seed_lab.snapshot("pve-gpu1") == sys_before
 
 
 def test_an_undefined_jinja_variable_is_one_line_naming_host_and_variable(seed_lab):
@@ -272,14 +272,17 @@ def test_a_changed_host_key_is_refused_and_nothing_is_touched(make_lab):
     ("--limit", ",", "error: --limit: empty pattern ','"),
     ("--limit", ":", "error: --limit: empty pattern ':'"),
     ("--limit", "pve-gpu[1", "error: --limit: unbalanced [ ] in 'pve-gpu[1'"),
+    ("--limit", "pve-gpu9", "error: inventory "),        # a limit that matches nothing
 ])
 def test_an_empty_selection_never_widens_to_everything(seed_lab, flag, value, message):
-    disk = seed_lab.disk("pve-gpu1")
+    disk, sys_before = seed_lab.disk("pve-gpu1"), seed_lab.snapshot("pve-gpu1")
     for mode in ("audit", "fix"):
         run = gpuhost(mode, "-i", str(seed_lab.inventory), flag, value, *(["--yes"] if mode == "fix" else []))
         assert run.rc == 1 and run.stderr.startswith(message) and run.stderr.count("\n") == 1, run.stderr
         assert run.report is None, "nothing ran"
-    assert seed_lab.disk("pve-gpu1") == disk
+        if value == "pve-gpu9":
+            assert run.stderr.rstrip().endswith("no hosts match --limit pve-gpu9"), run.stderr
+    assert seed_lab.disk("pve-gpu1") == disk and seed_lab.snapshot("pve-gpu1") == sys_before
 
 
 def test_a_failed_boot_loader_refresh_leaves_the_command_line_file_as_it_was(make_lab):
