@@ -24,9 +24,7 @@ from gpuhost.lab.shims import shimlib
 from gpuhost.lab.spec import HostSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpuhost_probe", ROOT / "module_utils/gpuhost_probe.py")
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+from ansible_collections.gpuhost.stack.plugins.module_utils import probe  # noqa: E402  (gpuhost put it on the path)
 
 
 def merge(base: dict, overlay: dict) -> dict:

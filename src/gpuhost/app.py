@@ -117,7 +117,7 @@ class Progress:
             line = self.hosts[host]
         elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
             line = f"changed: {task}"
-        elif kind == "runner_on_ok" and task == self.REPORT_TASK:
+        elif kind == "runner_on_ok" and (task == self.REPORT_TASK or (data.get("res") or {}).get("ansible_stats")):
             self.hosts[host] = "done"
             line = "done"
         if self.live:

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check the desired state directly on the hosts (pytest-testinfra)")
     common(verify, reports=False)
 
+    ctl = sub.add_parser("controls", help="list the controls (with --markdown: the controls reference)")
+    ctl.add_argument("--markdown", action="store_true", help="print docs/controls.md")
     lab = sub.add_parser("lab", help="simulated GPU hosts from host specs, over real SSH")
     lsub = lab.add_subparsers(dest="lab_command", required=True, parser_class=_Parser)
     lup = lsub.add_parser("up", help="bring up one host per spec; prints the inventory path")
@@ -140,6 +142,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(str(exc)) from None
         if args.command in ("audit", "fix"):
             return run_app(args)
+        if args.command == "controls":
+            from . import controls
+            if args.markdown:
+                print(controls.markdown(), end="")
+            else:
+                for c in controls.CATALOG:
+                    print(f"{c.id:<24} {c.title}")
+            return EXIT_OK
         if args.command == "verify":
             from .app import parse_limit, run_verify
 

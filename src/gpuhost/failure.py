@@ -1,35 +1,5 @@
-"""One line saying why a task failed: the command and what it printed, never just
-"non-zero return code" (what an operator needs to decide whether to re-run)."""
-from __future__ import annotations
+"""gpuhost.failure is the collection's plugins/module_utils/failure.py (one code for CLI and plugins)."""
+import importlib
+import sys
 
-import re
-
-_TIMED_OUT = re.compile(r"failed to execute in the expected time frame \((\d+)\)|Timed out after (\d+) second")
-_MAX = 300
-
-
-def _last_line(text) -> str:
-    lines = [l.strip() for l in str(text or "").splitlines() if l.strip()]
-    return lines[-1] if lines else ""
-
-
-def describe(res: dict | None) -> str:
-    """*res*: a task's result (an event's ``res``, a rescue's ``ansible_failed_result``)."""
-    res = res or {}
-    msg = str(res.get("msg") or "").strip()
-    late = _TIMED_OUT.search(msg)
-    if late:
-        return f"timed out after {late.group(1) or late.group(2)} s"
-    cmd = res.get("cmd")
-    if cmd and "rc" in res:
-        shown = " ".join(str(c) for c in cmd) if isinstance(cmd, (list, tuple)) else str(cmd)
-        shown = " ".join(shown.split())             # a multi-line script on one line
-        if len(shown) > 120:
-            shown = shown[:117] + "..."
-        said = _last_line(res.get("stderr")) or _last_line(res.get("stdout")) or "no output"
-        return f"`{shown}` exited {res['rc']}: {said}"[:_MAX]
-    first = msg.splitlines()[0] if msg else ""
-    detail = _last_line(res.get("stderr")) or _last_line(res.get("module_stderr"))
-    if detail and detail not in first:
-        first = f"{first}: {detail}" if first else detail
-    return (first or "failed")[:_MAX]
+sys.modules[__name__] = importlib.import_module("ansible_collections.gpuhost.stack.plugins.module_utils.failure")

@@ -6,33 +6,10 @@ the variable and the host, exit 1, and no host is touched.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import difflib
 import io
-import re
 from dataclasses import dataclass
 
-from .controls import BY_ID
-
-
-BAD_INPUT_MARK = "gpuhost bad input: "
-
-# Every variable gpuhost_common's argument_specs declares. site.yml checks them all here
-# (one line, before any host is touched) and so turns the role's own validation off.
-CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host",
-                "gpuhost_cstate_max_latency_us", "gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices",
-                "gpuhost_waivers", "gpuhost_lxc_restart", "gpuhost_controls")
-
-
-# set by gpuhost itself or its lab, never a user's typo
-INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_file", "gpuhost_reboot_timeout",
-                 "gpuhost_lock_timeout", "gpuhost_run_holder")
-INTERNAL_PREFIXES = ("gpuhost_lab_",)
-CSTATE_LATENCY_MAX_US = 100000      # 0.1 s: no idle state the kernel knows exits slower
-
-
-class InventoryError(ValueError):
-    """Bad input in an inventory; the message is one line."""
+from .variables import BAD_INPUT_MARK, CHECKED_VARS, INTERNAL_VARS, InventoryError, check_vars  # noqa: F401
 
 
 @dataclass
@@ -71,80 +48,6 @@ def _load_quietly(path: str, limit: str | None) -> list[Target]:
     except AnsibleError as exc:
         first = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
         raise InventoryError(f"inventory {path}: {first}") from None
-
-
-def _is_str(v) -> bool:
-    return isinstance(v, str)
-
-
-def check_vars(host: str, hv: dict) -> None:
-    """Raise InventoryError for the first bad gpuhost variable of *host*."""
-    def bad(var: str, why: str) -> InventoryError:
-        return InventoryError(f"host {host}: {var}: {why}")
-
-    for var in sorted(hv):
-        if var in CHECKED_VARS or var in INTERNAL_VARS or var.startswith(INTERNAL_PREFIXES):
-            continue
-        close = difflib.get_close_matches(var, CHECKED_VARS, n=1)
-        raise bad(var, "unknown gpuhost variable" + (f" (did you mean {close[0]}?)" if close else ""))
-    for var in CHECKED_VARS:
-        # `gpuhost_x:` with nothing after it is YAML null: it would replace the default with nothing
-        if var in hv and hv[var] is None:
-            raise bad(var, "has no value (null): give one, or remove the line to keep the default")
-    for var in ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host"):
-        v = hv.get(var)
-        if v is not None and not _is_str(v):
-            raise bad(var, f"must be a string (quote it: \"{v}\"), not {type(v).__name__}")
-    v = hv.get("gpuhost_kernel_min_version")
-    if v and not re.match(r"^\d+(\.\d+){0,2}$", v):
-        raise bad("gpuhost_kernel_min_version", f"not a kernel version like \"6.14\": {v!r}")
-    v = hv.get("gpuhost_nvidia_min_driver")
-    if v and not re.match(r"^\d+(\.\d+){0,2}$", v):
-        raise bad("gpuhost_nvidia_min_driver", f"not a driver version like \"570.124.06\": {v!r}")
-    v = hv.get("gpuhost_cstate_max_latency_us")
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= CSTATE_LATENCY_MAX_US):
-        raise bad("gpuhost_cstate_max_latency_us",
-                  f"must be a whole number of microseconds from 0 to {CSTATE_LATENCY_MAX_US}, not {v!r}")
-    v = hv.get("gpuhost_lxc_restart")
-    if v is not None and not isinstance(v, bool):
-        raise bad("gpuhost_lxc_restart", f"must be true or false, not {v!r}")
-    for var in ("gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices", "gpuhost_controls"):
-        v = hv.get(var)
-        if v is not None and (not isinstance(v, list) or not all(_is_str(x) for x in v)):
-            raise bad(var, f"must be a list of strings, not {v!r}")
-    for var in ("gpuhost_controls_skip", "gpuhost_controls"):
-        for cid in hv.get(var) or []:
-            if cid not in BY_ID:
-                raise bad(var, f"unknown control {cid!r}")
-    waivers = hv.get("gpuhost_waivers")
-    if waivers is None:
-        return
-    if not isinstance(waivers, list):
-        raise bad("gpuhost_waivers", "must be a list of {control, reason, expires}")
-    seen: dict[str, int] = {}
-    for i, w in enumerate(waivers):
-        where = f"gpuhost_waivers[{i}]"
-        if not isinstance(w, dict):
-            raise bad(where, "must be a mapping {control, reason, expires}")
-        unknown = set(w) - {"control", "reason", "expires"}
-        if unknown:
-            raise bad(where, f"unknown key {sorted(unknown)[0]!r}")
-        if w.get("control") not in BY_ID:
-            raise bad(where, f"unknown control {w.get('control')!r}")
-        if w["control"] in seen:
-            raise bad(where, f"a second waiver for {w['control']} (the first is gpuhost_waivers[{seen[w['control']]}])")
-        seen[w["control"]] = i
-        if not _is_str(w.get("reason")) or not w["reason"].strip():
-            raise bad(where, "a waiver needs a reason")
-        exp = w.get("expires")
-        if isinstance(exp, _dt.date):
-            exp = exp.isoformat()
-        if not _is_str(exp) or not re.match(r"^\d{4}-\d{2}-\d{2}$", exp):
-            raise bad(where, f"expires must be a date YYYY-MM-DD, not {w.get('expires')!r}")
-        try:
-            _dt.date.fromisoformat(exp)
-        except ValueError:
-            raise bad(where, f"expires is not a real date: {exp}") from None
 
 
 def load_and_check(path: str, limit: str | None = None) -> list[Target]:

@@ -22,7 +22,10 @@ from .controls import BY_ID
 from .failure import describe
 from .inventory import BAD_INPUT_MARK
 
-PROJECT = Path(__file__).resolve().parents[2]
+from . import COLLECTION, COLLECTIONS
+
+# the collection's root: the checkout itself, or the wheel's copy of it
+PROJECT = COLLECTION
 PLAYBOOKS = PROJECT / "playbooks"
 CHECK_TASK = "gpuhost | check the inventory"
 LOCK_TASK = "gpuhost | wait for and take the host's lock"
@@ -133,13 +136,12 @@ class PlaybookRun:
                "ANSIBLE_HOST_KEY_CHECKING": "True",
                # a hung tool on one host (nvidia-smi on a wedged GPU) fails that host, not the run
                "ANSIBLE_TASK_TIMEOUT": str(self.task_timeout),
-               "ANSIBLE_ROLES_PATH": str(PROJECT / "roles"),
-               "ANSIBLE_LIBRARY": str(PROJECT / "library"),
-               "ANSIBLE_MODULE_UTILS": str(PROJECT / "module_utils"),
-               "ANSIBLE_FILTER_PLUGINS": str(PROJECT / "filter_plugins"),
+               # gpuhost.stack from this package first, then wherever the operator keeps collections
+               "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
+                   [str(COLLECTIONS)] + [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
+                   + [str(Path.home() / ".ansible/collections"), "/usr/share/ansible/collections"]),
                "ANSIBLE_NOCOLOR": "1",
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
         try:
             r = ansible_runner.run(
                 private_data_dir=str(private), ident=ident, project_dir=str(PLAYBOOKS),

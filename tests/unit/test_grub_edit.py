@@ -10,10 +10,8 @@ import pytest
 import scenarios
 from conftest import ROOT
 
-sys.modules.setdefault("ansible.module_utils.gpuhost_probe", scenarios.probe)
-_spec = importlib.util.spec_from_file_location("gpuhost_cmdline", ROOT / "library/gpuhost_cmdline.py")
-cmdline = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cmdline)
+import gpuhost  # noqa: F401  (puts the collection gpuhost.stack on the import path)
+from ansible_collections.gpuhost.stack.plugins.modules import cmdline
 
 
 def edit(text, set_=None, remove=(), placed=None):

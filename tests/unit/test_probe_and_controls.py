@@ -16,9 +16,7 @@ from gpuhost.lab import configspace
 from gpuhost.lab.machine import Machine
 from gpuhost.lab.spec import load_spec
 
-spec_ = importlib.util.spec_from_file_location("gpuhost_probe", ROOT / "module_utils/gpuhost_probe.py")
-probe = importlib.util.module_from_spec(spec_)
-spec_.loader.exec_module(probe)
+from ansible_collections.gpuhost.stack.plugins.module_utils import probe
 
 
 def render(spec_path: Path, root: Path) -> Machine:
@@ -123,7 +121,7 @@ def test_the_catalog_and_the_roles_agree():
 
 def test_the_controls_document_is_generated_from_the_catalog():
     assert (ROOT / "docs/controls.md").read_text() == controls.markdown(), \
-        "docs/controls.md is stale: regenerate with python -m gpuhost.controls > docs/controls.md"
+        "docs/controls.md is stale: regenerate with gpuhost controls --markdown > docs/controls.md"
 
 
 def test_the_inventory_check_covers_every_variable_the_role_declares():

@@ -7,7 +7,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: gpuhost_lock
+module: lock
 short_description: Take or give back the lock that lets one gpuhost run at a time change a host
 description:
   - C(state=acquired) creates I(path) exclusively (C(O_CREAT|O_EXCL)), waiting up to
@@ -29,10 +29,10 @@ author: gpuhost
 
 EXAMPLES = r"""
 - name: gpuhost | take the host's lock
-  gpuhost_lock: {state: acquired, holder: "gpuhost fix on ctl01"}
+  gpuhost.stack.lock: {state: acquired, holder: "gpuhost fix on ctl01"}
   register: lock
 - name: gpuhost | give the lock back
-  gpuhost_lock: {state: released, token: "{{ lock.token }}"}
+  gpuhost.stack.lock: {state: released, token: "{{ lock.token }}"}
 """
 
 RETURN = r"""

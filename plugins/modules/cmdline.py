@@ -7,7 +7,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: gpuhost_cmdline
+module: cmdline
 short_description: Add, replace or remove kernel parameters for the next boot
 description:
   - Edits the boot command line where the host's boot loader takes it from, keeping every
@@ -41,7 +41,7 @@ author: gpuhost
 
 EXAMPLES = r"""
 - name: cpu.driver | persist amd_pstate=active
-  gpuhost_cmdline:
+  gpuhost.stack.cmdline:
     set: {amd_pstate: active}
 """
 
@@ -58,8 +58,8 @@ import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuhost_write import backup, write_atomic
-from ansible.module_utils.gpuhost_probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments, shell_scan
+from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, write_atomic
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments, shell_scan
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
 BOOT_UUIDS = "/etc/kernel/proxmox-boot-uuids"

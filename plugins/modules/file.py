@@ -7,7 +7,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: gpuhost_file
+module: file
 short_description: Write a file with exact content (and enable it as a boot unit) in one round trip
 description:
   - Writes I(content) to I(path) when it differs, atomically, keeping a copy of the old file
@@ -26,7 +26,7 @@ author: gpuhost
 
 EXAMPLES = r"""
 - name: pcie.mrrs | install and enable the boot unit
-  gpuhost_file:
+  gpuhost.stack.file:
     path: /etc/systemd/system/gpuhost-pcie-mrrs.service
     content: "{{ unit_text }}"
     wanted_by: multi-user.target
@@ -40,7 +40,7 @@ linked: {description: the wants link made, returned: when made, type: str}
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuhost_write import backup, write_atomic
+from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, write_atomic
 
 
 def main():

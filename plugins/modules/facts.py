@@ -7,7 +7,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: gpuhost_facts
+module: facts
 short_description: Read the system stack under a GPU host in one round trip
 description:
   - Reads CPU frequency scaling, idle states, NUMA, sysctls, the live and persisted
@@ -22,7 +22,7 @@ author: gpuhost
 
 EXAMPLES = r"""
 - name: Read the host
-  gpuhost_facts:
+  gpuhost.stack.facts:
 
 - name: Show the cpufreq driver
   ansible.builtin.debug:
@@ -46,7 +46,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuhost_probe import Probe
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe import Probe
 
 
 def main():

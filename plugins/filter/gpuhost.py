@@ -1,32 +1,21 @@
-"""Controller-side judgement of gpuhost facts: the roles' `gpuhost_evaluate` filter.
+"""gpuhost.stack's filters: the judgement of a host's facts, the inventory check, and the
+lines a failed or interrupted fix leaves.
 
-The logic is the Python package's (gpuhost.controls), so the CLI, the roles and the
-tests judge a host the same way.
+The logic is the collection's module_utils, which the gpuhost CLI imports too: the CLI,
+the roles and the tests judge a host the same way, and a controller with only
+ansible-core and this collection (a stock execution environment) runs it all.
 """
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from gpuhost.controls import evaluate
-from gpuhost.inventory import BAD_INPUT_MARK, InventoryError, check_vars
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain
+from ansible_collections.gpuhost.stack.plugins.module_utils.variables import BAD_INPUT_MARK, InventoryError, check_vars
 
-
-def _plain(value):
-    """Ansible 2.19 hands filters tagged containers; the evaluator wants plain ones."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    for kind in (bool, int, float):         # bool first: it is an int too
-        if isinstance(value, kind):
-            return kind(value)
-    return value
 
 
 def gpuhost_evaluate(facts, settings):
-    return evaluate(_plain(facts), _plain(settings))
+    return evaluate(facts, settings)
 
 
 def _value(hostvars, name, host):
@@ -38,7 +27,7 @@ def _value(hostvars, name, host):
         value = hostvars[name]
         if isinstance(value, Undefined):
             str(value)                  # raises, saying which variable is undefined
-        return _plain(value)
+        return plain(value)
     except Exception as exc:            # AnsibleUndefinedVariable and template errors alike
         why = str(getattr(exc, "message", exc)).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InventoryError(f"host {host}: {name}: cannot be rendered: {why}") from None
@@ -59,8 +48,8 @@ def gpuhost_check_inventory(hosts, hostvars):
 
 def gpuhost_failure(result):
     """Why a fix step failed, in one line: the command and the last line it printed."""
-    from gpuhost.failure import describe
-    return describe(_plain(result) if isinstance(result, dict) else {"msg": str(result)})
+    from ansible_collections.gpuhost.stack.plugins.module_utils.failure import describe
+    return describe(plain(result) if isinstance(result, dict) else {"msg": str(result)})
 
 
 def gpuhost_stopped(path):
@@ -72,5 +61,5 @@ def gpuhost_stopped(path):
 
 class FilterModule:
     def filters(self):
-        return {"gpuhost_evaluate": gpuhost_evaluate, "gpuhost_check_inventory": gpuhost_check_inventory,
-                "gpuhost_stopped": gpuhost_stopped, "gpuhost_failure": gpuhost_failure}
+        return {"evaluate": gpuhost_evaluate, "check_inventory": gpuhost_check_inventory,
+                "stopped": gpuhost_stopped, "failure": gpuhost_failure}

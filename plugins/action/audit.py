@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+"""Action plugin gpuhost.stack.audit: read a host and judge every control in one task.
+
+It runs the facts module on the host and the judgement (module_utils/controls.py) on the
+controller inside the same task, so an audit costs one worker fork and one result per host,
+like a `setup` task. Nothing is written to the host: the facts module only reads.
+"""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: audit
+short_description: Read a GPU host and judge every gpuhost control, in one task
+description:
+  - Runs M(gpuhost.stack.facts) on the host and judges its facts on the controller.
+  - Returns the findings in C(findings) and as the facts C(gpuhost) and C(gpuhost_findings);
+    C(gpuhost_reboot_required) says whether a finding waits for a reboot.
+  - With I(report), also hands the host's report to the play's stats (what C(set_stats)
+    does), so the audit needs no second task per host.
+  - Read-only; supports check mode (which is how gpuhost audits).
+options:
+  settings:
+    description: The judgement's settings (minimum kernel, C-state latency, waivers...), as the role builds them.
+    type: dict
+    default: {}
+  report:
+    description: Put the host's report into the play's stats under C(gpuhost).
+    type: bool
+    default: false
+author: gpuhost
+"""
+
+EXAMPLES = r"""
+- name: Read and judge the host
+  gpuhost.stack.audit:
+    settings: {kernel_min_version: "6.14", controls: [pcie.mrrs]}
+  register: audit
+"""
+
+RETURN = r"""
+findings: {description: control ID -> finding (status, observed, expected, message, fix), returned: success, type: dict}
+"""
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain
+
+
+def report_facts(facts: dict) -> dict:
+    """The few facts the report shows beside the findings."""
+    return {"kernel": (facts.get("boot") or {}).get("running_kernel"),
+            "cpu": (facts.get("cpu") or {}).get("model_name"),
+            "gpus": len((facts.get("nvidia") or {}).get("gpus") or []),
+            "os": (facts.get("os") or {}).get("pretty_name"),
+            "container": (facts.get("container") or {}).get("kind"),
+            "errors": facts.get("errors") or {}}
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        settings = plain(args.get("settings") or {})
+        probed = self._execute_module(module_name="gpuhost.stack.facts", module_args={}, task_vars=task_vars)
+        if probed.get("failed") or probed.get("unreachable"):
+            return {**result, **probed}
+        facts = plain((probed.get("ansible_facts") or {}).get("gpuhost") or {})
+        findings = evaluate(facts, settings)
+        reboot = any(f.get("status") == "pending_reboot" for f in findings.values())
+        result.update(changed=False, findings=findings,
+                      ansible_facts={"gpuhost": facts, "gpuhost_findings": findings, "gpuhost_reboot_required": reboot})
+        if args.get("report"):
+            host = task_vars.get("inventory_hostname")
+            result["ansible_stats"] = {"data": {"gpuhost": {host: {"changed": [], "failed": {}, "findings": findings,
+                                                                   "facts": report_facts(facts)}}},
+                                       "per_host": False, "aggregate": True}
+        return result

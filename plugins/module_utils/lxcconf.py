@@ -1,0 +1,237 @@
+"""Proxmox container configs (pct.conf(5)): find and repair GPU passthrough lines.
+
+Only the main section (before the first ``[snapshot]`` header) is ever read for the
+check or edited by the fix; every other line is kept byte for byte.
+
+How a container really gets a device node (pve-container src/PVE/LXC.pm, pct.conf(5)):
+- ``devN: [path=]/dev/X[,gid=..,uid=..,mode=..,deny-write]`` (PVE >= 8.1): at start PVE
+  creates the node and its cgroup2 allow from the node's current major:minor, so such a
+  node is usable whatever the majors are now.
+- ``lxc.mount.entry: SRC TARGET ...`` bind-mounts a host node; what counts is TARGET, the
+  path inside the container. It is usable only with a cgroup2 allow of its major
+  (``lxc.cgroup2.devices.allow: c M:* rwm``) or ``lxc.cgroup2.devices.allow: a``.
+- ``lxc.cgroup.devices.allow`` is cgroup v1: PVE 7+ runs pure cgroup v2, so it counts
+  for nothing.
+Which ``/dev/nvidiaN`` a container gets is the operator's choice; the repair never adds one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+ALLOW_RE = re.compile(r"^lxc\.cgroup2\.devices\.allow\s*[:=]\s*(?:c\s+(\d+):(\*|\d+)\s+(\w+)|(a))\s*$")
+V1_ALLOW_RE = re.compile(r"^lxc\.cgroup\.devices\.allow\s*[:=]\s*c\s+(\d+):")
+MOUNT_RE = re.compile(r"^lxc\.mount\.entry\s*[:=]\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)")
+DEV_RE = re.compile(r"^dev(\d+)\s*:\s*(.*)$")
+GPU_NODE = re.compile(r"^dev/nvidia\d+$")
+CONTROL_NODES = ("dev/nvidiactl", "dev/nvidia-uvm", "dev/nvidia-uvm-tools")
+CAPS = "dev/nvidia-caps"
+# the caps nodes nvidia-modprobe creates under /dev/nvidia-caps (MIG config and monitor)
+CAPS_NODES = ("dev/nvidia-caps/nvidia-cap1", "dev/nvidia-caps/nvidia-cap2")
+# Documentation/admin-guide/devices.txt: dynamic char majors
+DYNAMIC = tuple(range(234, 255)) + tuple(range(384, 512))
+
+
+@dataclass
+class Passthrough:
+    vmid: str
+    gives_gpus: bool
+    allowed: list[int] = field(default_factory=list)     # cgroup2 majors allowed
+    allow_all: bool = False                               # lxc.cgroup2.devices.allow: a
+    mounted: list[str] = field(default_factory=list)      # mount targets (dev/nvidia0)
+    devn: list[str] = field(default_factory=list)         # devN: nodes, as targets (dev/nvidia0)
+    devn_options: str = ""                                # what follows the path on the first nvidia devN
+    max_dev_index: int = -1
+
+    @property
+    def nodes(self) -> list[str]:
+        return self.mounted + self.devn
+
+    @property
+    def gpu_nodes(self) -> list[str]:
+        return sorted({n for n in self.nodes if GPU_NODE.match(n)}, key=lambda n: int(n[10:]))
+
+    @property
+    def style(self) -> str:
+        """How the config passes NVIDIA nodes: 'dev' (devN:) or 'mount' (lxc.mount.entry)."""
+        nv_mounts = [n for n in self.mounted if n.startswith("dev/nvidia")]
+        return "dev" if self.devn and not nv_mounts else "mount"
+
+
+def main_section(text: str) -> tuple[list[str], list[str]]:
+    """(main section lines, the rest from the first section header on), without newlines lost."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("["):
+            return lines[:i], lines[i:]
+    return lines, []
+
+
+def _target(path: str) -> str:
+    return path.strip().lstrip("/")
+
+
+def dev_path(value: str) -> tuple[str, str]:
+    """A devN value (``/dev/x,gid=44`` or ``path=/dev/x,gid=44``): (path, the other options)."""
+    parts = [p.strip() for p in value.split(",")]
+    path, rest = "", []
+    for p in parts:
+        if p.startswith("path="):
+            path = p[5:]
+        elif "=" not in p and p.startswith("/") and not path:
+            path = p
+        elif p:
+            rest.append(p)
+    return path, ",".join(rest)
+
+
+def inspect(vmid: str, text: str) -> Passthrough:
+    main, _ = main_section(text)
+    pt = Passthrough(vmid, False)
+    for raw in main:
+        line = raw.strip()
+        m = ALLOW_RE.match(line)
+        if m:
+            if m.group(4):
+                pt.allow_all = True
+            elif m.group(1):
+                pt.allowed.append(int(m.group(1)))
+            continue
+        if V1_ALLOW_RE.match(line):
+            continue                 # cgroup v1 keys: no effect on PVE 7+ (pure cgroup v2)
+        m = MOUNT_RE.match(line)
+        if m and _target(m.group(2)).startswith("dev/nvidia"):
+            pt.mounted.append(_target(m.group(2)))
+            continue
+        m = DEV_RE.match(line)
+        if m:
+            pt.max_dev_index = max(pt.max_dev_index, int(m.group(1)))
+            path, opts = dev_path(m.group(2))
+            if path.startswith("/dev/nvidia"):
+                if not pt.devn:
+                    pt.devn_options = opts
+                pt.devn.append(_target(path))
+    # cgroup v1 keys count for nothing, also as a sign that GPUs were meant
+    pt.gives_gpus = any(n.startswith("dev/nvidia") for n in pt.nodes) or 195 in pt.allowed
+    return pt
+
+
+def nvidia_majors(devices: dict[int, str]) -> dict[str, int]:
+    return {name: major for major, name in devices.items() if name.startswith("nvidia")}
+
+
+def major_of(node: str, majors: dict[str, int]) -> int | None:
+    """The char major a node in the container has on this host (nvidiaN, nvidiactl: 195)."""
+    name = node[len("dev/"):]
+    if name.startswith("nvidia-caps"):
+        return majors.get("nvidia-caps")
+    if name.startswith("nvidia-uvm"):
+        return majors.get("nvidia-uvm")
+    if name.startswith("nvidia-modeset") or re.match(r"^nvidia(\d+|ctl)$", name):
+        return majors.get("nvidia", 195)
+    return None
+
+
+def required_nodes(majors: dict[str, int], style: str) -> list[str]:
+    nodes = list(CONTROL_NODES)
+    if "nvidia-caps" in majors:
+        nodes += list(CAPS_NODES) if style == "dev" else [CAPS]
+    return nodes
+
+
+def _has_node(pt: Passthrough, node: str) -> bool:
+    if node == CAPS:      # the caps directory, or the caps nodes one by one
+        return any(n == CAPS or n.startswith(CAPS + "/") for n in pt.nodes)
+    if node.startswith(CAPS + "/"):
+        return node in pt.nodes or CAPS in pt.nodes
+    return node in pt.nodes
+
+
+def stale(major: int, devices: dict[int, str]) -> bool:
+    """A dynamic major that no driver holds now: the leftover of an earlier driver load
+    (nvidia-uvm's major changes between loads). Every major in /proc/devices is live,
+    NVIDIA's included (nvidia-caps-imex-channels, nvidia-nvlink, nvidia-nvswitch)."""
+    return major in DYNAMIC and major not in devices
+
+
+def needed_allows(pt: Passthrough, majors: dict[str, int]) -> list[int]:
+    """Majors of nodes the container mounts (not devN) that no cgroup2 rule allows."""
+    if pt.allow_all:
+        return []
+    want: list[int] = []
+    for node in pt.mounted + [n for n in required_nodes(majors, pt.style) if pt.style == "mount"]:
+        major = major_of(node, majors)
+        if major is not None and major not in want:
+            want.append(major)
+    return [m for m in want if m not in pt.allowed]
+
+
+def problems(pt: Passthrough, devices: dict[int, str]) -> list[str]:
+    majors = nvidia_majors(devices)
+    names = {v: k for k, v in majors.items()}
+    out = [f"missing allow c {m}:* ({names.get(m, 'nvidia')})" for m in needed_allows(pt, majors)]
+    out += [f"stale allow c {m}:*" for m in pt.allowed if stale(m, devices)]
+    out += [f"missing {'dev' if pt.style == 'dev' else 'mount'} /{n}" for n in required_nodes(majors, pt.style)
+            if not _has_node(pt, n)]
+    return out
+
+
+def repairable(pt: Passthrough) -> bool:
+    """The repair can only complete what the container was given: with no /dev/nvidiaN
+    it has no GPU to complete, and which GPU to give it is the operator's choice."""
+    return bool(pt.gpu_nodes)
+
+
+def repair(text: str, devices: dict[int, str]) -> str:
+    """The config with the main section's passthrough lines made right, in the syntax it
+    already uses; every other byte untouched."""
+    main, rest = main_section(text)
+    pt = inspect("", text)
+    majors = nvidia_majors(devices)
+    missing = needed_allows(pt, majors)
+    out: list[str] = []
+    for line in main:
+        m = ALLOW_RE.match(line.strip())
+        if m and m.group(1) and stale(int(m.group(1)), devices):
+            major = int(m.group(1))
+            if missing:                        # replace it in place with a major still missing
+                line = line.replace(f"c {major}:", f"c {missing.pop(0)}:", 1)
+            else:
+                continue
+        out.append(line)
+    if out and not out[-1].endswith("\n"):
+        out[-1] += "\n"
+    for major in missing:
+        out.append(f"lxc.cgroup2.devices.allow: c {major}:* rwm\n")
+    index = pt.max_dev_index
+    for node in required_nodes(majors, pt.style):
+        if _has_node(pt, node):
+            continue
+        if pt.style == "dev":
+            index += 1
+            opts = f",{pt.devn_options}" if pt.devn_options else ""
+            out.append(f"dev{index}: /{node}{opts}\n")
+        else:
+            kind = "dir" if node == CAPS else "file"
+            out.append(f"lxc.mount.entry: /{node} {node} none bind,optional,create={kind}\n")
+    # a mount added above may need its major allowed
+    again = needed_allows(inspect("", "".join(out)), majors)
+    out += [f"lxc.cgroup2.devices.allow: c {m}:* rwm\n" for m in again]
+    return "".join(out + rest)
+
+
+# A line pve-container reads (pve-docs, "Configuration File Format" of pct.conf): a comment,
+# a blank line, "OPTION: value", or a raw LXC key with ":" or "=".
+PCT_LINE_RE = re.compile(r"^(#.*|\s*|lxc\.[a-z0-9_.\-]+\s*[:=]\s*.*|[a-z][a-z_]*\d*:\s*\S.*)$")
+
+
+def reads_back(original: str, fixed: str) -> str | None:
+    """Why *fixed* would not read back as intended (None when it would): every line the
+    repair wrote is one pve-container parses, and the snapshot sections are as they were."""
+    if main_section(fixed)[1] != main_section(original)[1]:
+        return "a snapshot section would change"
+    kept = set(main_section(original)[0])
+    for line in main_section(fixed)[0]:
+        if line not in kept and not PCT_LINE_RE.match(line.rstrip("\r\n")):
+            return f"the line {line.rstrip()!r} is not one pve-container reads"
+    return None
