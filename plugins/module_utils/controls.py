@@ -132,6 +132,13 @@ def setpci(d: dict, register: str) -> str:
     return sh("setpci", "-s", d["bdf"], "-d", f"{d['vendor']:04x}:{d['device']:04x}", register)
 
 
+def pci_change(d: dict, register: str, value: int, mask: int) -> dict:
+    """A PCI register change for gpuhost.stack.runtime: bits *mask* of *register* set to
+    *value*, on the function at this address only if it still has this vendor:device."""
+    return {"pci": d["bdf"], "device": f"{d['vendor']:04x}:{d['device']:04x}", "register": register,
+            "value": f"{value:04x}", "mask": f"{mask:04x}"}
+
+
 def strange_addresses(devices: list[dict]) -> list[str]:
     return [repr(d.get("bdf")) for d in devices if not PCI_ADDRESS.match(str(d.get("bdf")))]
 
@@ -290,7 +297,7 @@ def cpu_driver(h: Host) -> Finding:
             fix["cmdline_set"] = {"amd_pstate": "active"}
         runtime = status is not None and at_least(running, "6.4")     # any mode writable at runtime from 6.4
         if not live_ok and runtime:
-            fix["commands"] = ["echo active > /sys/devices/system/cpu/amd_pstate/status"]
+            fix["runtime"] = [{"path": "/sys/devices/system/cpu/amd_pstate/status", "value": "active"}]
         if not live_ok and persisted_ok and not runtime:
             return Finding(cid, "pending_reboot", driver, "amd-pstate-epp",
                            f"the next boot ({default}) loads amd_pstate in active mode", reboot_required=True)
@@ -331,6 +338,18 @@ def cpu_driver(h: Host) -> Finding:
 GOVERNOR_COMMAND = ("/bin/sh -c 'for p in /sys/devices/system/cpu/cpufreq/policy*; do echo performance > $p/scaling_governor; "
                     "if [ -e $p/energy_performance_preference ] && [ \"$(cat $p/energy_performance_preference)\" != performance ]; "
                     "then echo performance > $p/energy_performance_preference || true; fi; done'")
+def governor_changes(policies: list[dict]) -> list[dict]:
+    """performance on each policy; EPP performance where it exists and differs (a driver
+    that refuses EPP writes, intel_pstate with HWP off, is not an error)."""
+    out = []
+    for p in policies:
+        base = f"/sys/devices/system/cpu/cpufreq/policy{p['id']}"
+        out.append({"path": f"{base}/scaling_governor", "value": "performance"})
+        if p.get("epp", "performance") != "performance":
+            out.append({"path": f"{base}/energy_performance_preference", "value": "performance", "refused_ok": True})
+    return out
+
+
 GOVERNOR_UNIT = unit("gpuhost-cpu-governor.service", "cpu.governor: performance on every cpufreq policy", [GOVERNOR_COMMAND])
 SETPOLICY = ("amd-pstate-epp", "intel_pstate")
 
@@ -359,7 +378,7 @@ def cpu_governor(h: Host) -> Finding:
     persisted_ok = unit_ok(h.f, GOVERNOR_UNIT) or boot_gov == "performance"
     if not bad and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"all {len(cf['policies'])} policies run performance")
-    fix = {"unit": GOVERNOR_UNIT, "commands": [GOVERNOR_COMMAND] if bad else []}
+    fix = {"unit": GOVERNOR_UNIT, "runtime": governor_changes(bad)}
     msg = (f"{len(bad)} of {len(cf['policies'])} policies do not run performance" if bad
            else "performance now, but nothing sets it at boot")
     return Finding(cid, "drift", observed, expected, msg, fix=fix)
@@ -407,7 +426,8 @@ def cpu_cstates(h: Host) -> Finding:
     persisted_ok = not deep or unit_ok(h.f, u) or capped_at_boot(ci.get("driver"), h.persisted or {}, deep)
     if not live_bad and persisted_ok:
         return Finding(cid, "pass", observed, expected, "no deep idle state is enabled")
-    fix = {"unit": u, "commands": [cstate_command(limit)] if live_bad else []}
+    fix = {"unit": u, "runtime": [{"glob": f"/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state{s['index']}/disable",
+                                   "value": "1"} for s in live_bad]}
     msg = (", ".join(f"{s['name']} ({s['latency_us']} us) enabled on {s['cpus'] - s['disabled']} CPUs" for s in live_bad)
            if live_bad else "deep states are disabled now, but nothing disables them at boot")
     return Finding(cid, "drift", observed, expected, msg, fix=fix)
@@ -474,7 +494,7 @@ def numa_balancing(h: Host) -> Finding:
         if not fix["files"]:
             del fix["files"]
     if live != "0":
-        fix["commands"] = ["sysctl -q -w kernel.numa_balancing=0"]
+        fix["runtime"] = [{"path": "/proc/sys/kernel/numa_balancing", "value": "0"}]
     src = sysctl["sources"].get("kernel.numa_balancing")
     msg = f"kernel.numa_balancing is {live}"
     if not persisted_ok:
@@ -764,7 +784,7 @@ def nvidia_persistence(h: Host) -> Finding:
     expected = "on for every GPU, live and at boot"
     if not off and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"nvidia-persistenced starts at boot ({how})")
-    fix: dict = {"commands": ["nvidia-smi -pm 1"] if off else []}
+    fix: dict = {"runtime": [{"persistence": True}] if off else []}
     if not persisted_ok:
         if vendor:
             # the vendor unit stays as the package ships it: a drop-in and an enable link
@@ -812,7 +832,7 @@ def pcie_mrrs(h: Host) -> Finding:
     observed = ", ".join(sorted({str(d.get("mrrs")) for d in targets})) + " bytes"
     if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "4096 bytes", f"MaxReadReq 4096 on {len(targets)} functions")
-    fix = {"unit": u, "commands": [setpci(d, MRRS_4096) for d in bad]}
+    fix = {"unit": u, "runtime": [pci_change(d, "CAP_EXP+8.w", 0x5000, 0x7000) for d in bad]}
     msg = (f"MaxReadReq {', '.join(sorted({str(d.get('mrrs')) for d in bad}))} on " + ", ".join(d["bdf"] for d in bad)
            if bad else "gpuhost's boot unit does not cover every GPU function")
     return Finding(cid, "drift", observed, "4096 bytes", msg, fix=fix)
@@ -961,7 +981,7 @@ def pcie_acs(h: Host) -> Finding:
         strange = strange_addresses(bad)
         if strange:
             return error(cid, f"the host names a PCI function {', '.join(strange)}: not an address gpuhost puts in a command")
-        fix["commands"] = [setpci(p, f"ECAP_ACS+6.w=0000:{ACS_REDIRECT_BITS:04x}") for p in bad]
+        fix["runtime"] = [pci_change(p, "ECAP_ACS+6.w", 0, ACS_REDIRECT_BITS) for p in bad]
     observed = "; ".join(f"{p['bdf']} " + "+".join(n for bit, n in ACS_REDIRECT.items() if p["acs_ctrl"] & bit) for p in bad)
     msg = ("ACS redirect sends GPU peer traffic up to the root complex" if bad
            else "clear now, but the next boot sets ACS redirect again")
@@ -1037,8 +1057,8 @@ def storage_scheduler(h: Host) -> Finding:
     observed = ", ".join(f"{b['name']}={b['scheduler']}" for b in ssd)
     if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "none", f"{len(ssd)} disks use none")
-    fix = {"unit": u, "commands": ["echo none > " + shlex.quote("/sys/block/" + b["name"] + "/queue/scheduler")
-                                   for b in bad]}
+    fix = {"unit": u, "runtime": [{"path": "/sys/block/" + b["name"] + "/queue/scheduler", "value": "none",
+                                   "selected": True} for b in bad]}
     msg = ", ".join(f"{b['name']} uses {b['scheduler']}" for b in bad) or "gpuhost's boot unit does not cover every disk"
     return Finding(cid, "drift", observed, "none", msg, fix=fix)
 

@@ -171,7 +171,9 @@ class App:
     def play(self, title: str, inventory, check: bool, limit: str | None, extra: dict | None = None,
              playbook: str = "site.yml") -> RunResult:
         with Progress(self.err, title) as progress:
-            preview = {"gpuhost_apply": True} if (check and self.o.diff and playbook == "site.yml") else {}
+            # an audit is one task per host (the judgement); with --diff it also previews every
+            # fix step in check mode. ansible-playbook --check alone previews them (Ansible's sense)
+            preview = {"gpuhost_apply": bool(self.o.diff and title == "gpuhost audit")} if check and playbook == "site.yml" else {}
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,

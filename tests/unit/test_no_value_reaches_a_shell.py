@@ -1,26 +1,27 @@
-"""No value from a host or an inventory is ever read by a shell as more than one word.
+"""No value from a host or an inventory is ever read by a shell.
 
+A fix's live changes are data (paths and values, PCI registers by value:mask, GPU
+persistence), applied by gpuhost.stack.runtime with file writes and argv, never a shell.
 The seed host is rendered, then its facts are given the hostile names a compromised or
-strange host could report (a block device, a PCI address); every command the judgement
-hands the fix is then run in a real /bin/sh whose tools are stubs, and a marker file that
-any command substitution or separator would create must not appear.
+strange host could report (a block device, a PCI address): they stay inert data, or the
+control refuses to act on them.
 """
 from __future__ import annotations
 
 import copy
-import os
-import shlex
-import subprocess
-from pathlib import Path
 
 import pytest
 
 import scenarios
 from conftest import SEED_HOST
 from gpuhost import controls
+from ansible_collections.gpuhost.stack.plugins.modules import runtime
 
 HOSTILE = ["$(touch {m})", "`touch {m}`", "x;touch {m}", "x&&touch {m}", "x|touch {m}", "x\ntouch {m}",
            "' ; touch {m} ; '", "\" ; touch {m} ; \""]
+CHANGE_KEYS = {frozenset({"path", "value"}), frozenset({"path", "value", "refused_ok"}),
+               frozenset({"path", "value", "selected"}), frozenset({"glob", "value"}),
+               frozenset({"pci", "device", "register", "value", "mask"}), frozenset({"persistence"})}
 
 
 @pytest.fixture(scope="module")
@@ -28,61 +29,64 @@ def seed_facts(tmp_path_factory):
     return scenarios.render(SEED_HOST, tmp_path_factory.mktemp("seed")).facts()
 
 
-def run_in_sandbox(command: str, tmp: Path) -> subprocess.CompletedProcess:
-    stubs = tmp / "bin"
-    stubs.mkdir(exist_ok=True)
-    for tool in ("setpci", "sysctl", "nvidia-smi", "systemctl"):
-        (stubs / tool).write_text('#!/bin/sh\nprintf "%s\\n" "$@" >> "$STUB_LOG"\n')
-        (stubs / tool).chmod(0o755)
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_LOG": str(tmp / "stub.log")}
-    return subprocess.run(["/bin/sh", "-c", "set -e\n" + command], cwd=tmp, env=env, capture_output=True, text=True)
-
-
-def commands(findings: dict) -> list[str]:
-    return [c for f in findings.values() for c in ((f.get("fix") or {}).get("commands") or [])]
+def test_every_live_change_of_the_seed_host_is_data(seed_facts):
+    findings = controls.evaluate(copy.deepcopy(seed_facts), {})
+    changes = [c for f in findings.values() for c in (f.get("fix") or {}).get("runtime") or []]
+    assert len(changes) > 10
+    assert all(frozenset(c) in CHANGE_KEYS for c in changes), changes
+    assert not any("commands" in (f.get("fix") or {}) for f in findings.values()), "no shell strings in any fix"
 
 
 @pytest.mark.parametrize("shape", HOSTILE)
-def test_a_hostile_block_device_name_stays_one_word(seed_facts, tmp_path, shape):
-    marker = tmp_path / "pwned"
-    name = shape.format(m=marker)
+def test_a_hostile_block_device_name_stays_a_path(seed_facts, shape):
+    name = shape.format(m="/tmp/pwned")
     facts = copy.deepcopy(seed_facts)
     facts["block"] = [{"name": name, "rotational": False, "schedulers": ["none", "mq-deadline"],
                        "scheduler": "mq-deadline"}]
     finding = controls.evaluate(facts, {"controls": ["storage.scheduler"]})["storage.scheduler"]
     assert finding["status"] == "drift"
-    (cmd,) = finding["fix"]["commands"]
-    assert shlex.split(cmd) == ["echo", "none", ">", f"/sys/block/{name}/queue/scheduler"]
-    run_in_sandbox(cmd, tmp_path)
-    assert not marker.exists(), f"{cmd!r} ran a command of the host's making"
+    assert finding["fix"]["runtime"] == [{"path": f"/sys/block/{name}/queue/scheduler", "value": "none",
+                                          "selected": True}]
     assert name not in finding["fix"]["unit"]["content"], "the boot unit selects disks by property, never by name"
 
 
 @pytest.mark.parametrize("shape", HOSTILE)
-def test_a_hostile_pci_address_never_reaches_a_command_or_a_unit(seed_facts, tmp_path, shape):
-    marker = tmp_path / "pwned"
-    bdf = shape.format(m=marker)
+def test_a_hostile_pci_address_never_reaches_a_command_or_a_unit(seed_facts, shape):
+    bdf = shape.format(m="/tmp/pwned")
     facts = copy.deepcopy(seed_facts)
     gpu = next(d for d in facts["pci"] if d.get("vendor") == 0x10DE and d.get("class", 0) >> 16 == 0x03)
     gpu["bdf"] = bdf
     findings = controls.evaluate(facts, {})
     assert findings["pcie.mrrs"]["status"] == "error" and "not an address gpuhost puts in a command" in \
         findings["pcie.mrrs"]["message"]
-    for cmd in commands(findings):
-        run_in_sandbox(cmd, tmp_path)
-    assert not marker.exists()
     for f in findings.values():
-        assert bdf not in str((f.get("fix") or {}).get("unit") or ""), f["control"]
+        assert bdf not in str(f.get("fix") or ""), f["control"]
 
 
-def test_every_command_of_the_seed_host_runs_as_its_words(seed_facts, tmp_path):
-    """The real commands, in the sandbox: each tool gets exactly the words shlex reads."""
-    findings = controls.evaluate(copy.deepcopy(seed_facts), {})
-    cmds = commands(findings)
-    assert any(c.startswith("setpci ") for c in cmds) and any(c.startswith("sysctl ") for c in cmds)
-    for cmd in cmds:
-        res = run_in_sandbox(cmd, tmp_path)
-        assert res.returncode == 0 or "/sys/" in cmd, (cmd, res.stderr)
+class Recorder:
+    """Just enough of AnsibleModule to see how gpuhost.stack.runtime calls setpci."""
+
+    check_mode = False
+
+    def __init__(self, reads: dict):
+        self.calls, self.reads = [], reads
+
+    def run_command(self, argv, **kw):
+        self.calls.append(argv)
+        return 0, self.reads.get(argv[-1], ""), ""
+
+    def fail_json(self, **kw):
+        raise AssertionError(kw["msg"])
+
+
+def test_the_runtime_module_runs_setpci_as_argv_and_writes_only_what_differs():
+    m = Recorder({"CAP_EXP+8.w": "2950"})
+    change = {"pci": "0000:01:00.0", "device": "10de:2bb5", "register": "CAP_EXP+8.w", "value": "5000", "mask": "7000"}
+    assert runtime.pci_change(m, change) == [("0000:01:00.0 CAP_EXP+8.w: 2950", "0000:01:00.0 CAP_EXP+8.w: 5950")]
+    assert m.calls == [["setpci", "-s", "0000:01:00.0", "-d", "10de:2bb5", "CAP_EXP+8.w"],
+                       ["setpci", "-s", "0000:01:00.0", "-d", "10de:2bb5", "CAP_EXP+8.w=5000:7000"]]
+    done = Recorder({"CAP_EXP+8.w": "5950"})
+    assert runtime.pci_change(done, change) == [] and len(done.calls) == 1, "already 4096: read, nothing written"
 
 
 @pytest.mark.parametrize("value", ["6.14'; touch /tmp/x; '", "6.14$(id)", "6.14 linux-image-rt", "latest"])

@@ -50,7 +50,8 @@ def test_probe_on_the_rendered_seed_and_the_judgement(tmp_path):
     assert {k: v["status"] for k, v in f.items()} == {
         "cpu.cstates": "drift", "numa.balancing": "drift", "pcie.mrrs": "drift", "iommu.mode": "drift", "pcie.link": "pass"}
     # matched by address and vendor:device: a renumbered bus writes nothing to another device
-    assert f["pcie.mrrs"]["fix"]["commands"][0] == "setpci -s 0000:01:00.0 -d 10de:2bb5 CAP_EXP+8.w=5000:7000"
+    assert f["pcie.mrrs"]["fix"]["runtime"][0] == {"pci": "0000:01:00.0", "device": "10de:2bb5",
+                                                   "register": "CAP_EXP+8.w", "value": "5000", "mask": "7000"}
     assert f["iommu.mode"]["fix"] == {"cmdline_set": {"iommu": "pt"}}
 
 

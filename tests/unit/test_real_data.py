@@ -91,7 +91,8 @@ def test_a_real_gpu_with_maxreadreq_512_is_drift_and_the_fix_names_it_exactly():
            "driver": "nvidia", **probe.parse_config(cfg)}
     f = controls.evaluate({"pci": [gpu]}, {"controls": ["pcie.mrrs"]})["pcie.mrrs"]
     assert f["status"] == "drift" and f["observed"] == "512 bytes"
-    assert f["fix"]["commands"] == ["setpci -s 0000:02:00.0 -d 10de:1d10 CAP_EXP+8.w=5000:7000"]
+    assert f["fix"]["runtime"] == [{"pci": "0000:02:00.0", "device": "10de:1d10", "register": "CAP_EXP+8.w",
+                                    "value": "5000", "mask": "7000"}]
 
 
 NVIDIA_VERSIONS = [

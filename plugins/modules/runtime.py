@@ -1,0 +1,138 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: set the live kernel and device state a gpuhost fix wants, as data."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: runtime
+short_description: Set sysfs/procfs values, PCI config registers and GPU persistence, reporting only real changes
+description:
+  - Each change is data, never a shell string. It is read first and written only where it
+    differs, so C(changed) and the diff are true in check mode too (which writes nothing).
+  - "A file change: I(path) (or I(glob), every match), I(value); I(selected) compares the
+    bracketed choice of a list file such as C(queue/scheduler); I(refused_ok) lets the kernel
+    refuse the write (an EPP the driver rejects) without failing."
+  - "A PCI register: I(pci) (address), I(device) (vendor:device, so a renumbered bus writes
+    nothing to a stranger), I(register) (setpci's name, like C(CAP_EXP+8.w)), I(value) and
+    I(mask) in hex; read and written with setpci(8), as argv."
+  - "GPU persistence: I(persistence) true turns it on with C(nvidia-smi -pm 1) where
+    C(nvidia-smi --query-gpu=persistence_mode) shows a GPU with it off."
+options:
+  changes: {description: The changes, in order, type: list, elements: dict, required: true}
+author: gpuhost
+"""
+
+EXAMPLES = r"""
+- name: Set MaxReadReq 4096 on a GPU function | pcie.mrrs
+  gpuhost.stack.runtime:
+    changes:
+      - {pci: "0000:01:00.0", device: "10de:2bb5", register: CAP_EXP+8.w, value: "5000", mask: "7000"}
+      - {path: /proc/sys/kernel/numa_balancing, value: "0"}
+"""
+
+RETURN = r"""
+changed_items: {description: what was (or in check mode would be) changed, returned: always, type: list}
+"""
+
+import glob
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+BRACKETED = re.compile(r"\[([^\]]+)\]")
+
+
+def read_file(path, selected):
+    with open(path) as f:
+        text = f.read().strip()
+    if selected:
+        m = BRACKETED.search(text)
+        return m.group(1) if m else text
+    return text
+
+
+def file_changes(module, change):
+    paths = sorted(glob.glob(change["glob"])) if change.get("glob") else [change["path"]]
+    if not paths:
+        module.fail_json(msg="no file matches %s" % change["glob"])
+    value = str(change["value"])
+    out = []
+    for path in paths:
+        try:
+            now = read_file(path, change.get("selected"))
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="cannot read %s: %s" % (path, exc))
+        if now == value:
+            continue
+        if not module.check_mode:
+            try:
+                with open(path, "w") as f:
+                    f.write(value + "\n")
+            except (IOError, OSError) as exc:
+                if change.get("refused_ok"):
+                    continue            # the kernel's no is the answer (a driver that rejects the value)
+                module.fail_json(msg="cannot write %s to %s: %s" % (value, path, exc))
+        out.append(("%s: %s" % (path, now), "%s: %s" % (path, value)))
+    return out
+
+
+def setpci(module, argv):
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg="`%s` exited %d: %s" % (" ".join(argv), rc, (err or out).strip()))
+    return out.strip()
+
+
+def pci_change(module, change):
+    base = ["setpci", "-s", change["pci"], "-d", change["device"]]
+    now = setpci(module, base + [change["register"]])
+    if not re.match(r"^[0-9a-fA-F]+$", now):
+        module.fail_json(msg="no PCI function %s with ID %s (setpci read %r)" % (change["pci"], change["device"], now))
+    value, mask = int(change["value"], 16), int(change["mask"], 16)
+    if int(now, 16) & mask == value & mask:
+        return []
+    if not module.check_mode:
+        setpci(module, base + ["%s=%s:%s" % (change["register"], change["value"], change["mask"])])
+    after = (int(now, 16) & ~mask) | (value & mask)
+    where = "%s %s" % (change["pci"], change["register"])
+    return [("%s: %s" % (where, now), "%s: %04x" % (where, after))]
+
+
+def persistence_change(module):
+    argv = ["nvidia-smi", "--query-gpu=pci.bus_id,persistence_mode", "--format=csv,noheader"]
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg="`%s` exited %d: %s" % (" ".join(argv), rc, (err or out).strip()))
+    off = [l.split(",")[0].strip() for l in out.splitlines() if l.strip().endswith("Disabled")]
+    if not off:
+        return []
+    if not module.check_mode:
+        rc, out, err = module.run_command(["nvidia-smi", "-pm", "1"])
+        if rc != 0:
+            module.fail_json(msg="`nvidia-smi -pm 1` exited %d: %s" % (rc, (err or out).strip()))
+    return [("persistence mode off: %s" % ", ".join(off), "persistence mode on: %s" % ", ".join(off))]
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(changes=dict(type="list", elements="dict", required=True)),
+                           supports_check_mode=True)
+    done = []
+    for change in module.params["changes"]:
+        if "pci" in change:
+            done += pci_change(module, change)
+        elif change.get("persistence"):
+            done += persistence_change(module)
+        elif "path" in change or "glob" in change:
+            done += file_changes(module, change)
+        else:
+            module.fail_json(msg="not a change gpuhost.stack.runtime knows: %r" % (change,))
+    module.exit_json(changed=bool(done), changed_items=[after for _, after in done],
+                     diff=dict(before_header="live state", after_header="live state",
+                               before="".join(b + "\n" for b, _ in done), after="".join(a + "\n" for _, a in done)))
+
+
+if __name__ == "__main__":
+    main()

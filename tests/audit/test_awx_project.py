@@ -1,0 +1,65 @@
+"""gpuhost.stack as an AWX/AAP project runs it: a stock execution environment (ansible-core,
+ansible-runner and the collection from its tarball; no gpuhost package), the project's
+audit playbook in check mode, findings in the job's artifacts (set_stats) and task results."""
+from __future__ import annotations
+
+import json
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, gpuhost
+
+PROJECT_CFG = """[defaults]
+# an audit leaves nothing on the host's disk: module files go to tmpfs
+remote_tmp = /tmp/.ansible-${USER}
+interpreter_python = /usr/bin/python3
+host_key_checking = True
+[ssh_connection]
+pipelining = True
+"""
+
+
+def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(seed_lab, tmp_path):
+    bindir = Path(sys.executable).parent
+    built = subprocess.run([str(bindir / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (tarball,) = tmp_path.glob("gpuhost-stack-*.tar.gz")
+    collections = tmp_path / "collections"
+    # as an EE build installs it: from the tarball, seeing no other copy (not the checkout's)
+    alone = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_COLLECTIONS_PATH": str(collections)}
+    installed = subprocess.run([str(bindir / "ansible-galaxy"), "collection", "install", "-p", str(collections),
+                                str(tarball)], capture_output=True, text=True, timeout=300, env=alone, cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    assert (collections / "ansible_collections/gpuhost/stack/playbooks/site.yml").is_file(), installed.stdout
+    # the execution environment: ansible-core and ansible-runner, and no gpuhost package
+    ee = tmp_path / "ee"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(ee)], check=True, timeout=120)
+    (next((ee / "lib").glob("python3*/site-packages")) / "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    for tool in bindir.glob("ansible*"):
+        (ee / "bin" / tool.name).write_text(f"#!{ee / 'bin/python'}\n" + tool.read_text().split("\n", 1)[1])
+        (ee / "bin" / tool.name).chmod(0o755)
+    assert subprocess.run([str(ee / "bin/python"), "-c", "import gpuhost"], capture_output=True).returncode != 0
+    # the AWX project: its own playbook and ansible.cfg
+    project = tmp_path / "private/project"
+    project.mkdir(parents=True)
+    (project / "audit.yml").write_text("- name: gpuhost audit\n  ansible.builtin.import_playbook: gpuhost.stack.site\n")
+    (project / "ansible.cfg").write_text(PROJECT_CFG)
+    env = {"PATH": f"{ee / 'bin'}:/usr/bin:/bin", "ANSIBLE_COLLECTIONS_PATH": str(collections),
+           "ANSIBLE_CONFIG": str(project / "ansible.cfg"), "HOME": str(tmp_path)}
+    run = subprocess.run([str(ee / "bin/python"), "-m", "ansible_runner", "run", str(tmp_path / "private"),
+                          "-p", "audit.yml", "--inventory", str(seed_lab.inventory), "--limit", "pve-gpu1",
+                          "--cmdline=--check", "--ident", "job1"],
+                         env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    events = [json.loads(p.read_text()) for p in (tmp_path / "private/artifacts/job1/job_events").glob("*.json")]
+    stats = next(e for e in events if e["event"] == "playbook_on_stats")["event_data"]["artifact_data"]["gpuhost"]
+    task = next(e for e in events if e["event"] == "runner_on_ok"
+                and e["event_data"].get("task") == "gpuhost | read and judge the host")["event_data"]["res"]
+    cli = gpuhost("audit", "-i", str(seed_lab.inventory), "--limit", "pve-gpu1")
+    want = {f["control"]: f["status"] for f in cli.report["hosts"]["pve-gpu1"]["findings"]}
+    assert {c: f["status"] for c, f in stats["pve-gpu1"]["findings"].items()} == want
+    assert {c: f["status"] for c, f in task["findings"].items()} == want
+    assert "drift" in want.values()
