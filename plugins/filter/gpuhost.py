@@ -52,6 +52,15 @@ def gpuhost_failure(result):
     return describe(plain(result) if isinstance(result, dict) else {"msg": str(result)})
 
 
+def gpuhost_control_tags(run_tags):
+    """The controls `--tags` selects (a control ID, or a role's tag: pcie for pcie.*), so the
+    judgement covers what the run fixes; no control tag (all, always): every control."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
+
+    tags = {str(t) for t in run_tags or []}
+    return [c.id for c in CATALOG if c.id in tags or c.role.removeprefix("gpuhost_") in tags]
+
+
 def gpuhost_stopped(path):
     """Whether the gpuhost run was interrupted: its CLI creates this file on SIGINT/SIGTERM,
     and each control's fix checks it before it starts (the change in flight finishes)."""
@@ -62,4 +71,4 @@ def gpuhost_stopped(path):
 class FilterModule:
     def filters(self):
         return {"evaluate": gpuhost_evaluate, "check_inventory": gpuhost_check_inventory,
-                "stopped": gpuhost_stopped, "failure": gpuhost_failure}
+                "stopped": gpuhost_stopped, "failure": gpuhost_failure, "control_tags": gpuhost_control_tags}

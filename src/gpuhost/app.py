@@ -169,15 +169,14 @@ class App:
 
     # ---- running ----------------------------------------------------------------------------
     def play(self, title: str, inventory, check: bool, limit: str | None, extra: dict | None = None,
-             playbook: str = "site.yml") -> RunResult:
+             playbook: str = "audit.yml") -> RunResult:
+        """Run one of gpuhost's playbooks: audit.yml (read and judge, one task per host),
+        site.yml (with check, every fix previewed; without, applied) or reboot.yml."""
         with Progress(self.err, title) as progress:
-            # an audit is one task per host (the judgement); with --diff it also previews every
-            # fix step in check mode. ansible-playbook --check alone previews them (Ansible's sense)
-            preview = {"gpuhost_apply": bool(self.o.diff and title == "gpuhost audit")} if check and playbook == "site.yml" else {}
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
-                              extravars={**self.extravars(), **preview, **(extra or {})}, on_event=progress.event,
+                              extravars={**self.extravars(), **(extra or {})}, on_event=progress.event,
                               task_timeout=self.o.task_timeout, cancel=cancel)
             result = run.run()
         if result.bad_input:
@@ -232,7 +231,9 @@ class App:
     # ---- verbs -----------------------------------------------------------------------------------
     def audit(self) -> int:
         inventory = self.inventory()
-        result = self.play("gpuhost audit", inventory, check=True, limit=self.o.limit)
+        # --diff: site.yml in check mode, every fix step previewed with its diff
+        result = self.play("gpuhost audit", inventory, check=True, limit=self.o.limit,
+                           playbook="site.yml" if self.o.diff else "audit.yml")
         hosts = self.hosts_from(result, result.hosts)
         for h in hosts.values():
             h["changed"] = []           # an audit changes nothing, even the preview's "would change"
@@ -256,7 +257,7 @@ class App:
                     return self.finish("fix", before, before)
                 limit = ",".join(plan)
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
-                                   extra={"gpuhost_stop_file": stop, **self.lock_vars()})
+                                   extra={"gpuhost_stop_file": stop, **self.lock_vars()}, playbook="site.yml")
                 after.update(self.applied(before, self.hosts_from(result, list(plan))))
                 if self.o.diff:
                     rep.render_diffs(result.diffs, self.console)

@@ -24,14 +24,16 @@ pipelining = True
 def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(seed_lab, tmp_path):
     bindir = Path(sys.executable).parent
     built = subprocess.run([str(bindir / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300,
+                           stdin=subprocess.DEVNULL)
     assert built.returncode == 0, built.stderr
     (tarball,) = tmp_path.glob("gpuhost-stack-*.tar.gz")
     collections = tmp_path / "collections"
     # as an EE build installs it: from the tarball, seeing no other copy (not the checkout's)
     alone = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_COLLECTIONS_PATH": str(collections)}
     installed = subprocess.run([str(bindir / "ansible-galaxy"), "collection", "install", "-p", str(collections),
-                                str(tarball)], capture_output=True, text=True, timeout=300, env=alone, cwd=tmp_path)
+                                str(tarball)], capture_output=True, text=True, timeout=300, env=alone, cwd=tmp_path,
+                               stdin=subprocess.DEVNULL)
     assert installed.returncode == 0, installed.stderr
     assert (collections / "ansible_collections/gpuhost/stack/playbooks/site.yml").is_file(), installed.stdout
     # the execution environment: ansible-core and ansible-runner, and no gpuhost package
@@ -41,7 +43,8 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     for tool in bindir.glob("ansible*"):
         (ee / "bin" / tool.name).write_text(f"#!{ee / 'bin/python'}\n" + tool.read_text().split("\n", 1)[1])
         (ee / "bin" / tool.name).chmod(0o755)
-    assert subprocess.run([str(ee / "bin/python"), "-c", "import gpuhost"], capture_output=True).returncode != 0
+    assert subprocess.run([str(ee / "bin/python"), "-c", "import gpuhost"], capture_output=True,
+                          stdin=subprocess.DEVNULL).returncode != 0
     # the AWX project: its own playbook and ansible.cfg
     project = tmp_path / "private/project"
     project.mkdir(parents=True)

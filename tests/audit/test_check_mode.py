@@ -33,3 +33,32 @@ def test_check_mode_reports_every_drifted_control_as_a_change_and_writes_nothing
     assert recap and int(recap.group(1)) >= len(drifted) and len(changed_tasks) >= len(drifted)
     assert "+kernel.numa_balancing = 0" in run.stdout and "/proc/sys/kernel/numa_balancing: 0" in run.stdout
     assert seed_lab.disk("pve-gpu1") == disk and seed_lab.snapshot("pve-gpu1") == sys_before
+
+
+def test_list_tags_lists_every_control_and_a_tag_runs_that_control_alone(make_lab):
+    from conftest import SEED_HOST
+
+    from gpuhost.controls import CATALOG
+
+    listed = playbook_at(None, "--list-tags")
+    assert listed.returncode == 0, listed.stderr
+    tags = set(re.findall(r"[a-z]+\.[a-z_]+", listed.stdout.split("TASK TAGS:")[-1]))
+    assert {c.id for c in CATALOG} <= tags, {c.id for c in CATALOG} - tags
+    lab = make_lab(SEED_HOST)
+    before = lab.out("pve-gpu1", "cat /etc/kernel/cmdline")
+    run = playbook(lab, "--tags", "pcie.mrrs")
+    assert run.returncode == 0, run.stdout[-3000:]
+    fixed = set(re.findall(r"^TASK \[[^\]]*?: ([a-z_.]+) \| [^\]]*\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[pve-gpu1\]",
+                           run.stdout, re.M))
+    assert fixed == {"pcie.mrrs"}, fixed
+    assert int(lab.out("pve-gpu1", "setpci -s 01:00.0 CAP_EXP+8.w"), 16) >> 12 & 7 == 5, "MaxReadReq 4096"
+    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/numa_balancing") == "1", "no other control touched"
+    assert lab.out("pve-gpu1", "cat /etc/kernel/cmdline") == before
+
+
+def playbook_at(lab, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    inv = ["-i", str(lab.inventory)] if lab else ["-i", "localhost,"]
+    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), *inv,
+                           str(ROOT / "playbooks/site.yml"), *args],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)

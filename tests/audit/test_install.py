@@ -14,13 +14,15 @@ from test_seed import SEED_EXPECTED
 def test_the_wheel_installs_into_a_clean_venv_and_audits_from_another_directory(seed_lab, tmp_path):
     wheels = tmp_path / "wheels"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=600)
+                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=600,
+                           stdin=subprocess.DEVNULL)
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = wheels.glob("gpuhost-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = subprocess.run([str(venv / "bin/pip"), "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300,
+                           stdin=subprocess.DEVNULL)
     assert pip.returncode == 0, pip.stderr
     # its dependencies from this environment's site-packages, as plain paths (offline): the
     # checkout's editable gpuhost (a .pth hook there) is not seen, only the wheel's
