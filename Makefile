@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PYTHON ?= /usr/bin/python3
 BIN := $(VENV)/bin
-SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv
+SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo
 PYTEST_ARGS ?=
 
 .PHONY: audit test install system-deps lab-demo bench clean

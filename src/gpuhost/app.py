@@ -37,6 +37,7 @@ class Options:
     task_timeout: int = 120
     reboot_timeout: int = 600
     lock_timeout: int = 1800
+    connection: list[str] = field(default_factory=list)    # ansible-playbook flags: -u, -b, --private-key, -e, --forks
 
 
 def parse_controls(text: str | None) -> list[str]:
@@ -177,7 +178,7 @@ class App:
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
                               extravars={**self.extravars(), **(extra or {})}, on_event=progress.event,
-                              task_timeout=self.o.task_timeout, cancel=cancel)
+                              task_timeout=self.o.task_timeout, cancel=cancel, flags=self.o.connection)
             result = run.run()
         if result.bad_input:
             raise BadInput(result.bad_input)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import __version__
 
@@ -32,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--json", metavar="F", help="write the JSON report here (default ./gpuhost-report.json)")
             sp.add_argument("--task-timeout", type=_seconds, default=120, metavar="S",
                             help="fail a host whose task runs longer than S seconds (default 120; 0: no limit)")
+            # how to reach the hosts, as ansible-playbook takes it (the operator's ansible.cfg counts too)
+            sp.add_argument("-u", "--user", help="connect as this user (Ansible's remote_user)")
+            sp.add_argument("-b", "--become", action="store_true", help="become root on the hosts (sudo)")
+            sp.add_argument("--private-key", metavar="FILE", help="SSH private key")
+            sp.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE|@FILE",
+                            help="extra variables, as ansible-playbook takes them (repeatable)")
+            sp.add_argument("--forks", type=int, metavar="N", help="hosts worked on at once")
 
     audit = sub.add_parser("audit", help="check every control; changes nothing (Ansible check mode)")
     common(audit)
@@ -111,6 +119,25 @@ def _seconds(text: str) -> int:
     return value
 
 
+def connection_args(args: argparse.Namespace) -> list[str]:
+    """ansible-playbook's own flags for what -u, -b, --private-key, -e and --forks say."""
+    out: list[str] = []
+    if args.user:
+        out += ["--user", args.user]
+    if args.become:
+        out.append("--become")
+    if args.private_key:
+        out += ["--private-key", str(Path(args.private_key).expanduser().resolve())]
+    for ev in args.extra_vars:
+        # ansible-runner runs from a directory of its own: @FILE is resolved here
+        out += ["--extra-vars", f"@{Path(ev[1:]).expanduser().resolve()}" if ev.startswith("@") else ev]
+    if args.forks is not None:
+        if args.forks < 1:
+            raise UsageError(f"--forks: must be at least 1, not {args.forks}")
+        out += ["--forks", str(args.forks)]
+    return out
+
+
 def run_app(args: argparse.Namespace) -> int:
     from .app import App, Options, parse_controls, parse_limit
 
@@ -118,7 +145,8 @@ def run_app(args: argparse.Namespace) -> int:
                    json=args.json, junit=args.junit, html=args.html, diff=args.diff,
                    reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False),
                    task_timeout=args.task_timeout, reboot_timeout=getattr(args, "reboot_timeout", 600),
-                   lock_timeout=getattr(args, "lock_timeout", 1800))
+                   lock_timeout=getattr(args, "lock_timeout", 1800),
+                   connection=connection_args(args))
     app = App(opts)
     try:
         return app.audit() if args.command == "audit" else app.fix()

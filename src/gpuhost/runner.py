@@ -8,6 +8,7 @@ their events. Nothing is read from the printed log.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from .failure import describe
 from .inventory import BAD_INPUT_MARK
 
 from . import COLLECTION, COLLECTIONS
+from .ansiblecfg import merged_config
 
 # the collection's root: the checkout itself, or the wheel's copy of it
 PROJECT = COLLECTION
@@ -65,6 +67,7 @@ class PlaybookRun:
     # None: ansible-runner's own SIGINT/SIGTERM handling (kills the play); a callable is
     # asked instead, so a run that changes hosts is never killed mid-change
     cancel: Callable[[], bool] | None = None
+    flags: list[str] = field(default_factory=list)     # more ansible-playbook flags (-u, -b, -e ...)
 
     @staticmethod
     def _keep_diffs(result: RunResult, host: str, task: str, res: dict) -> None:
@@ -125,12 +128,12 @@ class PlaybookRun:
                 self.on_event(event)
             return False        # keep no per-event files: the handler has what we need
 
-        cmdline = []
+        cmdline = list(self.flags)
         if self.check:
             cmdline.append("--check")
         if self.diff:
             cmdline.append("--diff")
-        env = {"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+        env = {"ANSIBLE_CONFIG": str(merged_config(private)),
                # ansible-runner turns host key checking off unless told: a GPU host whose key
                # changed is someone else's until an operator says otherwise
                "ANSIBLE_HOST_KEY_CHECKING": "True",
@@ -146,7 +149,7 @@ class PlaybookRun:
             r = ansible_runner.run(
                 private_data_dir=str(private), ident=ident, project_dir=str(PLAYBOOKS),
                 playbook=str(PLAYBOOKS / self.playbook), inventory=self.inventory,
-                limit=self.limit, extravars=self.extravars or None, cmdline=" ".join(cmdline) or None,
+                limit=self.limit, extravars=self.extravars or None, cmdline=shlex.join(cmdline) or None,
                 envvars=env, event_handler=handler, quiet=True, timeout=self.timeout,
                 suppress_env_files=True, rotate_artifacts=1, cancel_callback=self.cancel)
             result.status, result.rc = r.status, r.rc

@@ -169,6 +169,29 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 """
 
 
+# A non-root login with sudo, as production hosts are reached (Ansible's become). It takes
+# the lab's client key like root; its uid stays clear of the machine's own users.
+OPERATOR, OPERATOR_ID = "ops", 2742
+
+
+def add_operator(root: Path, client_pub: str) -> None:
+    for rel, line in (("etc/passwd", f"{OPERATOR}:x:{OPERATOR_ID}:{OPERATOR_ID}:lab operator:/home/{OPERATOR}:/bin/sh"),
+                      ("etc/group", f"{OPERATOR}:x:{OPERATOR_ID}:"),
+                      ("etc/shadow", f"{OPERATOR}:*:19000:0:99999:7:::")):
+        path = root / rel
+        text = path.read_text() if path.exists() else ""
+        if not any(l.split(":", 1)[0] == OPERATOR for l in text.splitlines()):
+            mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+            _write(root, rel, text + ("" if not text or text.endswith("\n") else "\n") + line + "\n", mode)
+    home = root / "home" / OPERATOR
+    _write(root, f"home/{OPERATOR}/.ssh/authorized_keys", client_pub, 0o600)
+    for d in (home, home / ".ssh"):
+        os.chown(d, OPERATOR_ID, OPERATOR_ID)
+        d.chmod(0o700)
+    os.chown(home / ".ssh/authorized_keys", OPERATOR_ID, OPERATOR_ID)
+    _write(root, f"etc/sudoers.d/gpuhost-lab-{OPERATOR}", f"{OPERATOR} ALL=(ALL) NOPASSWD: ALL\n", 0o440)
+
+
 def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: str) -> None:
     """Lay out a new host's disk. Idempotent; writes only through *root*."""
     _write(root, "etc/hostname", spec.hostname + "\n")
@@ -185,6 +208,7 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     (root / "root/.ssh").mkdir(parents=True, exist_ok=True)
     (root / "root/.ssh").chmod(0o700)
     _write(root, "root/.ssh/authorized_keys", client_pub, 0o600)
+    add_operator(root, client_pub)
     # the machine underneath: not a container marker, no network sources, none of its enabled services
     for marker in (".dockerenv", "run/.containerenv"):
         if (root / marker).is_file():
