@@ -13,9 +13,9 @@ description:
   - C(state=acquired) creates I(path) exclusively (C(O_CREAT|O_EXCL)), waiting up to
     I(wait) seconds while another run holds it, and returns a I(token) that
     C(state=released) must present, so a run only ever gives back its own lock.
-  - The lock lives under C(/run), a tmpfs: a reboot clears it. A lock recorded under
+  - "The lock lives under C(/run), a tmpfs: a reboot clears it. A lock recorded under
     another boot ID, or older than I(max_age) seconds (its run died without giving it
-    back), is stale and taken over.
+    back), is stale and taken over."
   - Taking or giving back the lock changes nothing gpuhost reports (C(changed) is false).
 options:
   state: {description: acquired or released, type: str, choices: [acquired, released], required: true}

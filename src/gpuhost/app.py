@@ -77,7 +77,7 @@ class Progress:
     so a long fleet run shows it is moving without flooding the log.
     """
 
-    REPORT_TASK = "gpuhost | report"
+    REPORT_TASK = "Report the findings"
 
     def __init__(self, console: Console, title: str):
         self.console = console

@@ -29,10 +29,15 @@ from .ansiblecfg import merged_config
 # the collection's root: the checkout itself, or the wheel's copy of it
 PROJECT = COLLECTION
 PLAYBOOKS = PROJECT / "playbooks"
-CHECK_TASK = "gpuhost | check the inventory"
-LOCK_TASK = "gpuhost | wait for and take the host's lock"
+CHECK_TASK = "Check the inventory"
+LOCK_TASK = "Wait for and take the host's lock"
 LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
+
+
+def control_of(task: str) -> str:
+    """The control a task works on: its name ends in the control ID ("Apply it now | pcie.mrrs")."""
+    return task.rsplit(" | ", 1)[-1].strip()
 
 
 @dataclass
@@ -111,14 +116,14 @@ class PlaybookRun:
                 task = str(data.get("task") or "?")
                 # a control's fix task fails into its rescue, which records it in the report
                 # and lets the host's other controls go on: that is not the host failing
-                cid = task.split(" | ", 1)[0]
+                cid = control_of(task)
                 if cid in BY_ID:
                     result.control_failed.setdefault(host, {}).setdefault(cid, f"{task}: {describe(data.get('res'))}")
                 else:
                     result.failed.setdefault(host, f"{task}: {describe(data.get('res'))}")
             elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
                 self._keep_diffs(result, host, str(data.get("task") or ""), data["res"])
-                cid = str(data.get("task") or "").split(" | ", 1)[0]
+                cid = control_of(str(data.get("task") or ""))
                 if cid in BY_ID and cid not in result.changes.setdefault(host, []):
                     result.changes[host].append(cid)
             elif kind == "playbook_on_stats":

@@ -60,7 +60,7 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     events = [json.loads(p.read_text()) for p in (tmp_path / "private/artifacts/job1/job_events").glob("*.json")]
     stats = next(e for e in events if e["event"] == "playbook_on_stats")["event_data"]["artifact_data"]["gpuhost"]
     task = next(e for e in events if e["event"] == "runner_on_ok"
-                and e["event_data"].get("task") == "gpuhost | read and judge the host")["event_data"]["res"]
+                and e["event_data"].get("task") == "Read and judge the host")["event_data"]["res"]
     cli = gpuhost("audit", "-i", str(seed_lab.inventory), "--limit", "pve-gpu1")
     want = {f["control"]: f["status"] for f in cli.report["hosts"]["pve-gpu1"]["findings"]}
     assert {c: f["status"] for c, f in stats["pve-gpu1"]["findings"].items()} == want

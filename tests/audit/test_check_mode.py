@@ -24,7 +24,7 @@ def test_check_mode_reports_every_drifted_control_as_a_change_and_writes_nothing
     run = playbook(seed_lab, "--check", "--diff")
     assert run.returncode == 0, run.stdout[-3000:]
     changed_tasks = re.findall(r"^changed: \[pve-gpu1\]", run.stdout, re.M)
-    names = re.findall(r"^TASK \[[^\]]*?: ([a-z_.]+) \| [^\]]*\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[pve-gpu1\]",
+    names = re.findall(r"^TASK \[[^\]]* \| ([a-z_]+\.[a-z_]+)\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[pve-gpu1\]",
                        run.stdout, re.M)
     drifted = {c for c, s in SEED_EXPECTED.items() if s == "drift"}
     assert drifted <= set(names), f"not reported as changed: {drifted - set(names)}"
@@ -48,7 +48,7 @@ def test_list_tags_lists_every_control_and_a_tag_runs_that_control_alone(make_la
     before = lab.out("pve-gpu1", "cat /etc/kernel/cmdline")
     run = playbook(lab, "--tags", "pcie.mrrs")
     assert run.returncode == 0, run.stdout[-3000:]
-    fixed = set(re.findall(r"^TASK \[[^\]]*?: ([a-z_.]+) \| [^\]]*\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[pve-gpu1\]",
+    fixed = set(re.findall(r"^TASK \[[^\]]* \| ([a-z_]+\.[a-z_]+)\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[pve-gpu1\]",
                            run.stdout, re.M))
     assert fixed == {"pcie.mrrs"}, fixed
     assert int(lab.out("pve-gpu1", "setpci -s 01:00.0 CAP_EXP+8.w"), 16) >> 12 & 7 == 5, "MaxReadReq 4096"

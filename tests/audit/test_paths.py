@@ -300,7 +300,7 @@ def test_a_failed_boot_loader_refresh_leaves_the_command_line_file_as_it_was(mak
     assert "error" not in host, "one control's failed fix is that control's error, not the host's"
     iommu = run.finding("pve-gpu1", "iommu.mode")
     assert iommu["status"] == "error" and iommu["changed"] is False, iommu
-    assert iommu["message"].startswith("the fix failed: iommu.mode | set kernel parameters for the next boot: "), iommu
+    assert iommu["message"].startswith("the fix failed: Set kernel parameters for the next boot | iommu.mode: "), iommu
     assert "mount of /dev/disk/by-uuid/8A1B-2C3D failed" in iommu["message"], "the failing command's own words"
     # lxc.gpu_passthrough comes after iommu.mode and does not depend on it: it still ran
     assert run.changed("pve-gpu1") == {"lxc.gpu_passthrough"}

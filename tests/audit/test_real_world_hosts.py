@@ -120,7 +120,7 @@ def test_containers_splitting_gpus_keep_their_share(make_lab):
     # every other byte as it was
     assert after[202] == confs[202].replace("lxc.cgroup2.devices.allow: c 509:* rwm", "lxc.cgroup2.devices.allow: c 505:* rwm") \
         + "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file\n"
-    assert lab.ssh(host, "ls /etc/pve/lxc/ | grep -v '\\.conf$'", check=False).stdout == "", "no temporary file in /etc/pve"
+    assert lab.ssh(host, "ls -A /etc/pve/lxc/ | grep -v '\\.conf$'", check=False).stdout == "", "no temporary file in /etc/pve"
 
 
 def test_ubuntu_splash_and_intel_idle(make_lab):

@@ -22,9 +22,9 @@ def test_a_failed_fix_is_its_controls_error_and_keeps_what_the_host_is_now():
     findings = {"iommu.mode": {"control": "iommu.mode", "status": "drift", "message": "add iommu=pt",
                                "observed": "DMA-FQ", "expected": "passthrough", "reboot_required": True},
                 "numa.balancing": {"control": "numa.balancing", "status": "pass", "message": "off"}}
-    out = App.with_failures(findings, {"iommu.mode": "iommu.mode | set kernel parameters: refresh failed"})
+    out = App.with_failures(findings, {"iommu.mode": "Set kernel parameters | iommu.mode: refresh failed"})
     assert out["iommu.mode"]["status"] == "error" and out["iommu.mode"]["reboot_required"] is False
-    assert out["iommu.mode"]["message"] == "the fix failed: iommu.mode | set kernel parameters: refresh failed (now: add iommu=pt)"
+    assert out["iommu.mode"]["message"] == "the fix failed: Set kernel parameters | iommu.mode: refresh failed (now: add iommu=pt)"
     assert out["iommu.mode"]["observed"] == "DMA-FQ"
     assert out["numa.balancing"] == findings["numa.balancing"]
 

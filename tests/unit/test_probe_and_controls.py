@@ -115,7 +115,7 @@ def test_the_catalog_and_the_roles_agree():
     for c in controls.CATALOG:
         task_file = ROOT / "roles" / c.role / "tasks" / (c.id.replace(".", "_") + ".yml")
         assert task_file.is_file(), c.id
-        assert f"{c.id} |" in task_file.read_text()
+        assert f"| {c.id}\n" in task_file.read_text(), "its tasks are named for the control"
         main = (ROOT / "roles" / c.role / "tasks/main.yml").read_text()
         assert f"tags: [{c.id}," in main
 
