@@ -19,7 +19,7 @@ BAD_INPUT_MARK = "gpuhost bad input: "
 # (one line, before any host is touched) and so turns the role's own validation off.
 CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host",
                 "gpuhost_cstate_max_latency_us", "gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices",
-                "gpuhost_waivers", "gpuhost_lxc_restart", "gpuhost_controls")
+                "gpuhost_waivers", "gpuhost_lxc_restart", "gpuhost_reboot_ok", "gpuhost_controls")
 
 
 # set by gpuhost itself or its lab, never a user's typo
@@ -65,9 +65,10 @@ def check_vars(host: str, hv: dict) -> None:
     if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= CSTATE_LATENCY_MAX_US):
         raise bad("gpuhost_cstate_max_latency_us",
                   f"must be a whole number of microseconds from 0 to {CSTATE_LATENCY_MAX_US}, not {v!r}")
-    v = hv.get("gpuhost_lxc_restart")
-    if v is not None and not isinstance(v, bool):
-        raise bad("gpuhost_lxc_restart", f"must be true or false, not {v!r}")
+    for var in ("gpuhost_lxc_restart", "gpuhost_reboot_ok"):
+        v = hv.get(var)
+        if v is not None and not isinstance(v, bool):
+            raise bad(var, f"must be true or false, not {v!r}")
     for var in ("gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices", "gpuhost_controls"):
         v = hv.get(var)
         if v is not None and (not isinstance(v, list) or not all(_is_str(x) for x in v)):

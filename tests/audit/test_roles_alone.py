@@ -50,3 +50,17 @@ def test_a_role_alone_fixes_its_controls_and_is_idempotent(make_lab, tmp_path, r
     assert changed_controls(first.stdout) == controls
     again = run_role(lab, tmp_path, role)
     assert again.returncode == 0 and recap_changed(again.stdout) == 0, again.stdout[-3000:]
+
+
+def test_the_reboot_contract_reboots_only_when_allowed(make_lab, tmp_path):
+    lab = make_lab(SEED_HOST)
+    boot = lab.status("pve-gpu1")["boot_id"]
+    told_not = run_role(lab, tmp_path, "gpuhost_iommu")
+    assert told_not.returncode == 0 and changed_controls(told_not.stdout) == {"iommu.mode"}, told_not.stdout[-3000:]
+    assert lab.status("pve-gpu1")["boot_id"] == boot, "no reboot unless gpuhost_reboot_ok"
+    allowed = run_role(lab, tmp_path, "gpuhost_iommu", "-e", "gpuhost_reboot_ok=true")
+    assert allowed.returncode == 0, allowed.stdout[-3000:]
+    assert "RUNNING HANDLER [gpuhost.stack.gpuhost_common : Reboot to apply the fixes | kernel.reboot_pending]" \
+        in allowed.stdout
+    assert lab.status("pve-gpu1")["boot_id"] != boot
+    assert "iommu=pt" in lab.out("pve-gpu1", "cat /proc/cmdline")
