@@ -13,8 +13,9 @@ module: audit
 short_description: Read a GPU host and judge every gpuhost control, in one task
 description:
   - Runs M(gpuhost.stack.facts) on the host and judges its facts on the controller.
-  - Returns the findings in C(findings) and as the facts C(gpuhost) and C(gpuhost_findings);
-    C(gpuhost_reboot_required) says whether a finding waits for a reboot.
+  - Returns the findings as the fact C(gpuhost_findings), a summary of the host (kernel, CPU,
+    GPUs, OS) as C(gpuhost_summary), and C(gpuhost_reboot_required), whether a finding waits
+    for a reboot. With I(facts), also everything the facts module read, as C(gpuhost).
   - With I(report), also hands the host's report to the play's stats (what C(set_stats)
     does), so the audit needs no second task per host.
   - Read-only; supports check mode (which is how gpuhost audits).
@@ -25,6 +26,10 @@ options:
     default: {}
   report:
     description: Put the host's report into the play's stats under C(gpuhost).
+    type: bool
+    default: false
+  facts:
+    description: Also return everything the facts module read, as the fact C(gpuhost).
     type: bool
     default: false
 author: gpuhost
@@ -38,7 +43,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-findings: {description: control ID -> finding (status, observed, expected, message, fix), returned: success, type: dict}
+ansible_facts:
+  description: gpuhost_findings (control ID -> status, observed, expected, message, fix), gpuhost_summary, gpuhost_reboot_required
+  returned: success
+  type: dict
 """
 
 from ansible.plugins.action import ActionBase
@@ -70,11 +78,16 @@ class ActionModule(ActionBase):
         facts = plain((probed.get("ansible_facts") or {}).get("gpuhost") or {})
         findings = evaluate(facts, settings)
         reboot = any(f.get("status") == "pending_reboot" for f in findings.values())
-        result.update(changed=False, findings=findings,
-                      ansible_facts={"gpuhost": facts, "gpuhost_findings": findings, "gpuhost_reboot_required": reboot})
+        # the findings and a summary of the host come back, not the facts themselves (some
+        # 100 kB a host): serialising them through the worker, the callbacks and the event
+        # stream was most of an audit's controller CPU. Ask for them with facts: true.
+        summary = report_facts(facts)
+        result.update(changed=False,
+                      ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
+                                     "gpuhost_summary": summary, **({"gpuhost": facts} if args.get("facts") else {})})
         if args.get("report"):
             host = task_vars.get("inventory_hostname")
             result["ansible_stats"] = {"data": {"gpuhost": {host: {"changed": [], "failed": {}, "findings": findings,
-                                                                   "facts": report_facts(facts)}}},
+                                                                   "facts": summary}}},
                                        "per_host": False, "aggregate": True}
         return result

@@ -58,7 +58,7 @@ def gpuhost_control_tags(run_tags):
     from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
     tags = {str(t) for t in run_tags or []}
-    return [c.id for c in CATALOG if c.id in tags or c.role.removeprefix("gpuhost_") in tags]
+    return [c.id for c in CATALOG if c.id in tags or c.role in tags]
 
 
 def gpuhost_stopped(path):

@@ -15,7 +15,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_I
 
 BAD_INPUT_MARK = "gpuhost bad input: "
 
-# Every variable gpuhost_common's argument_specs declares. site.yml checks them all here
+# Every variable common's argument_specs declares. site.yml checks them all here
 # (one line, before any host is touched) and so turns the role's own validation off.
 CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host",
                 "gpuhost_cstate_max_latency_us", "gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices",

@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ctl = sub.add_parser("controls", help="list the controls (with --markdown: the controls reference)")
     ctl.add_argument("--markdown", action="store_true", help="print docs/controls.md")
+    ctl.add_argument("--variables", action="store_true",
+                     help="print the roles' variables table, made from roles/common/meta/argument_specs.yml")
     lab = sub.add_parser("lab", help="simulated GPU hosts from host specs, over real SSH")
     lsub = lab.add_subparsers(dest="lab_command", required=True, parser_class=_Parser)
     lup = lsub.add_parser("up", help="bring up one host per spec; prints the inventory path")
@@ -119,6 +121,20 @@ def _seconds(text: str) -> int:
     return value
 
 
+def role_variables_markdown() -> str:
+    """The roles' variables as a table, from the one place they are declared."""
+    import yaml
+
+    from . import COLLECTION
+
+    spec = yaml.safe_load((COLLECTION / "roles/common/meta/argument_specs.yml").read_text())
+    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for name, o in spec["argument_specs"]["main"]["options"].items():
+        kind = o["type"] + (f"[{o['elements']}]" if o.get("elements") else "")
+        rows.append(f"| `{name}` | {kind} | `{json.dumps(o.get('default'))}` | {o['description']} |")
+    return "\n".join(rows) + "\n"
+
+
 def connection_args(args: argparse.Namespace) -> list[str]:
     """ansible-playbook's own flags for what -u, -b, --private-key, -e and --forks say."""
     out: list[str] = []
@@ -172,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
             return run_app(args)
         if args.command == "controls":
             from . import controls
-            if args.markdown:
+            if args.variables:
+                print(role_variables_markdown(), end="")
+            elif args.markdown:
                 print(controls.markdown(), end="")
             else:
                 for c in controls.CATALOG:

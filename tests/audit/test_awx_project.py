@@ -64,5 +64,5 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     cli = gpuhost("audit", "-i", str(seed_lab.inventory), "--limit", "pve-gpu1")
     want = {f["control"]: f["status"] for f in cli.report["hosts"]["pve-gpu1"]["findings"]}
     assert {c: f["status"] for c, f in stats["pve-gpu1"]["findings"].items()} == want
-    assert {c: f["status"] for c, f in task["findings"].items()} == want
+    assert {c: f["status"] for c, f in task["ansible_facts"]["gpuhost_findings"].items()} == want
     assert "drift" in want.values()

@@ -416,7 +416,7 @@ def test_a_playbook_that_skips_the_inventory_check_still_runs_no_inventory_value
     play = tmp_path / "direct.yml"
     judged_file = tmp_path / "findings.json"
     play.write_text("- hosts: pve-gpu1\n  gather_facts: false\n  vars: {gpuhost_apply: true}\n"
-                    "  roles: [gpuhost.stack.gpuhost_common, gpuhost.stack.gpuhost_kernel]\n  post_tasks:\n"
+                    "  roles: [gpuhost.stack.common, gpuhost.stack.kernel]\n  post_tasks:\n"
                     "    - ansible.builtin.copy: {content: '{{ gpuhost_findings | to_json }}', dest: %s}\n"
                     "      delegate_to: localhost\n" % judged_file)
     hostile = "6.14'; touch /root/pwned; echo '$(touch /root/pwned2)"

@@ -33,10 +33,10 @@ def recap_changed(out: str) -> int:
 
 
 @pytest.mark.parametrize("role, controls", [
-    ("gpuhost_numa", {"numa.balancing"}),
-    ("gpuhost_pcie", {"pcie.mrrs"}),
-    ("gpuhost_nvidia", {"nvidia.persistence"}),
-    ("gpuhost_storage", {"storage.scheduler"}),
+    ("numa", {"numa.balancing"}),
+    ("pcie", {"pcie.mrrs"}),
+    ("nvidia", {"nvidia.persistence"}),
+    ("storage", {"storage.scheduler"}),
 ])
 def test_a_role_alone_fixes_its_controls_and_is_idempotent(make_lab, tmp_path, role, controls):
     lab = make_lab(SEED_HOST)
@@ -55,12 +55,12 @@ def test_a_role_alone_fixes_its_controls_and_is_idempotent(make_lab, tmp_path, r
 def test_the_reboot_contract_reboots_only_when_allowed(make_lab, tmp_path):
     lab = make_lab(SEED_HOST)
     boot = lab.status("pve-gpu1")["boot_id"]
-    told_not = run_role(lab, tmp_path, "gpuhost_iommu")
+    told_not = run_role(lab, tmp_path, "iommu")
     assert told_not.returncode == 0 and changed_controls(told_not.stdout) == {"iommu.mode"}, told_not.stdout[-3000:]
     assert lab.status("pve-gpu1")["boot_id"] == boot, "no reboot unless gpuhost_reboot_ok"
-    allowed = run_role(lab, tmp_path, "gpuhost_iommu", "-e", "gpuhost_reboot_ok=true")
+    allowed = run_role(lab, tmp_path, "iommu", "-e", "gpuhost_reboot_ok=true")
     assert allowed.returncode == 0, allowed.stdout[-3000:]
-    assert "RUNNING HANDLER [gpuhost.stack.gpuhost_common : Reboot to apply the fixes | kernel.reboot_pending]" \
+    assert "RUNNING HANDLER [gpuhost.stack.common : Reboot to apply the fixes | kernel.reboot_pending]" \
         in allowed.stdout
     assert lab.status("pve-gpu1")["boot_id"] != boot
     assert "iommu=pt" in lab.out("pve-gpu1", "cat /proc/cmdline")
