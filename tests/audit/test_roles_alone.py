@@ -37,6 +37,9 @@ def recap_changed(out: str) -> int:
     ("pcie", {"pcie.mrrs"}),
     ("nvidia", {"nvidia.persistence"}),
     ("storage", {"storage.scheduler"}),
+    ("cpu", {"cpu.driver", "cpu.cstates"}),
+    ("lxc", {"lxc.gpu_passthrough"}),
+    ("kernel", {"kernel.version"}),
 ])
 def test_a_role_alone_fixes_its_controls_and_is_idempotent(make_lab, tmp_path, role, controls):
     lab = make_lab(SEED_HOST)
