@@ -1,5 +1,5 @@
-"""gpuhost.stack's filters: the judgement of a host's facts, the inventory check, and the
-lines a failed or interrupted fix leaves.
+"""gpuhost.stack's filters: the inventory check, the controls `--tags` selects, and the
+lines a failed or interrupted fix leaves (the judgement itself is the action gpuhost.stack.audit).
 
 The logic is the collection's module_utils, which the gpuhost CLI imports too: the CLI,
 the roles and the tests judge a host the same way, and a controller with only
@@ -9,13 +9,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import plain
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import BAD_INPUT_MARK, InventoryError, check_vars
-
-
-
-def gpuhost_evaluate(facts, settings):
-    return evaluate(facts, settings)
 
 
 def _value(hostvars, name, host):
@@ -70,5 +65,5 @@ def gpuhost_stopped(path):
 
 class FilterModule:
     def filters(self):
-        return {"evaluate": gpuhost_evaluate, "check_inventory": gpuhost_check_inventory,
+        return {"check_inventory": gpuhost_check_inventory,
                 "stopped": gpuhost_stopped, "failure": gpuhost_failure, "control_tags": gpuhost_control_tags}
