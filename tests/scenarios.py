@@ -9,7 +9,6 @@ same model, as the lab's shims do.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 from pathlib import Path
 from typing import Callable

@@ -692,7 +692,7 @@ def grub_default_kernel(cfg, grubenv):
     if "saved_entry" in default:
         env = re.search(r"^saved_entry=(.*)$", grubenv or "", re.M)
         default = env.group(1).strip() if env else "0"
-    entries, depth, stack = [], 0, []
+    entries, stack = [], []
     for line in cfg.splitlines():
         t = line.strip()
         mm = re.match(r"^(menuentry|submenu)\s+(['\"])(.*?)\2(.*)\{$", t)

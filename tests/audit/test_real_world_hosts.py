@@ -4,8 +4,6 @@ rebooted once more and audited. Files a fix edits keep every byte it did not mea
 change; no container gains a GPU."""
 from __future__ import annotations
 
-import pytest
-
 from conftest import SPECS, gpuhost, inventory_with
 from gpuhost import lxcconf
 

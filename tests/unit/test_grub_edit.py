@@ -1,15 +1,9 @@
 """GRUB command-line edits as tokens in place, checked as grub-mkconfig reads the files."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
-
 import pytest
 
 import scenarios
-from conftest import ROOT
-
 import gpuhost  # noqa: F401  (puts the collection gpuhost.stack on the import path)
 from ansible_collections.gpuhost.stack.plugins.modules import cmdline
 

@@ -1,9 +1,7 @@
 """The facts probe on a rendered machine, the judgement on its facts, and container configs."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import os
 from pathlib import Path
 
 import pytest
