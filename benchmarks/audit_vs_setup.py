@@ -31,22 +31,22 @@ SETUP_PLAY = """- hosts: all
 """
 
 
-CPU_TIMES: list[float] = []       # controller CPU of each timed command, in order
-
-
-def timed(argv: list[str], env: dict, expect: tuple[int, ...]) -> float:
-    """Wall time of one command; its controller CPU time (user + system of the command and
-    every descendant it waited for: ansible-playbook, its workers, ssh clients; not the
-    lab hosts' sshd and module processes, which are the lab supervisor's) goes to CPU_TIMES."""
+def timed_with_cpu(argv: list[str], env: dict, expect: tuple[int, ...]) -> tuple[float, float]:
+    """Wall time and controller CPU time of one command: user + system of the command and
+    every descendant it waited for (ansible-playbook, its workers, ssh clients; not the lab
+    hosts' sshd and module processes, which are the lab supervisor's)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run(argv, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    CPU_TIMES.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     if res.returncode not in expect:
         sys.exit(f"{' '.join(argv)} exited {res.returncode}: {res.stderr.strip()[-400:]}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def timed(argv: list[str], env: dict, expect: tuple[int, ...]) -> float:
+    return timed_with_cpu(argv, env, expect)[0]
 
 
 def audit_and_setup(inventory: Path, tmp: Path, env: dict, runs: int, limit: list[str],
@@ -65,10 +65,6 @@ def audit_and_setup(inventory: Path, tmp: Path, env: dict, runs: int, limit: lis
         s.append(timed(setup, env, (0,)))
     return a, s
 
-
-def timed_with_cpu(argv: list[str], env: dict, expect: tuple[int, ...]) -> tuple[float, float]:
-    wall = timed(argv, env, expect)
-    return wall, CPU_TIMES[-1]
 
 
 def lab_audit_and_setup(specs: list[str], tmp: Path, runs: int, limit: list[str],

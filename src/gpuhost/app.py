@@ -271,7 +271,8 @@ class App:
         return code
 
     def lock_vars(self) -> dict:
-        """Who holds a host's lock, as a second run waiting for it is told."""
+        """The variables of a play that changes hosts: how long to wait for another run's lock
+        and for a rebooted host, and who this run is, as a second run waiting for it is told."""
         import getpass
         import socket
 
@@ -366,7 +367,7 @@ class App:
             with self.waiting_line(host):
                 result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host,
                                    playbook="reboot.yml",
-                                   extra={"gpuhost_reboot_timeout": self.o.reboot_timeout, **self.lock_vars()})
+                                   extra=self.lock_vars())
             if host in result.unreachable or host in result.failed:
                 hosts[host] = {**hosts[host], "error": f"reboot failed: {result.unreachable.get(host) or result.failed.get(host)}"}
                 self._stop_rollout(hosts, needing[i + 1:])

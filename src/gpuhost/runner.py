@@ -116,11 +116,11 @@ class PlaybookRun:
                 task = str(data.get("task") or "?")
                 # a control's fix task fails into its rescue, which records it in the report
                 # and lets the host's other controls go on: that is not the host failing
-                cid = control_of(task)
+                cid, why = control_of(task), f"{task}: {describe(data.get('res'))}"
                 if cid in BY_ID:
-                    result.control_failed.setdefault(host, {}).setdefault(cid, f"{task}: {describe(data.get('res'))}")
+                    result.control_failed.setdefault(host, {}).setdefault(cid, why)
                 else:
-                    result.failed.setdefault(host, f"{task}: {describe(data.get('res'))}")
+                    result.failed.setdefault(host, why)
             elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
                 self._keep_diffs(result, host, str(data.get("task") or ""), data["res"])
                 cid = control_of(str(data.get("task") or ""))
