@@ -19,11 +19,15 @@ description:
   - With I(report), also hands the host's report to the play's stats (what C(set_stats)
     does), so the audit needs no second task per host.
   - Read-only; supports check mode (which is how gpuhost audits).
+  - Without I(settings), the settings come from the host's own C(gpuhost_*) variables
+    (the role gpuhost.stack.common's, see its argument_specs), each checked exactly first:
+    bad input fails the host with one line naming the variable, and nothing is read.
 options:
   settings:
-    description: The judgement's settings (minimum kernel, C-state latency, waivers...), as the role builds them.
+    description:
+      - The judgement's settings (kernel_min_version, cstate_max_latency_us, waivers, controls...).
+      - Given, they are used as they are and the host's C(gpuhost_*) variables are not read.
     type: dict
-    default: {}
   report:
     description: Put the host's report into the play's stats under C(gpuhost).
     type: bool
@@ -52,6 +56,8 @@ ansible_facts:
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain
+from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
+    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, settings_from)
 
 
 def report_facts(facts: dict) -> dict:
@@ -71,7 +77,15 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
-        settings = plain(args.get("settings") or {})
+        if args.get("settings") is not None:
+            settings = plain(args["settings"])
+        else:
+            # the host's own variables, checked here: each host in its own worker, in parallel,
+            # where a run_once check would template every host's variables in one
+            try:
+                settings = settings_from(self.host_variables(task_vars), task_vars.get("ansible_run_tags"))
+            except InventoryError as exc:
+                return {**result, "failed": True, "msg": f"{BAD_INPUT_MARK}{exc}"}
         probed = self._execute_module(module_name="gpuhost.stack.facts", module_args={}, task_vars=task_vars)
         if probed.get("failed") or probed.get("unreachable"):
             return {**result, **probed}
@@ -91,3 +105,16 @@ class ActionModule(ActionBase):
                                                                    "facts": summary}}},
                                        "per_host": False, "aggregate": True}
         return result
+
+    def host_variables(self, task_vars: dict) -> dict:
+        """Every gpuhost_* variable of this host, rendered and checked (a misspelt one is bad
+        input too, not silently ignored)."""
+        host = str(task_vars.get("inventory_hostname"))
+        values = {}
+        for name in sorted(str(k) for k in task_vars if str(k).startswith("gpuhost_")):
+            try:
+                values[name] = plain(self._templar.template(task_vars[name]))
+            except Exception as exc:        # AnsibleUndefinedVariable and template errors alike
+                raise cannot_render(host, name, exc) from None
+        check_vars(host, values)
+        return values

@@ -10,7 +10,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import plain
-from ansible_collections.gpuhost.stack.plugins.module_utils.variables import BAD_INPUT_MARK, InventoryError, check_vars
+from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
+    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, controls_for_tags)
 
 
 def _value(hostvars, name, host):
@@ -24,8 +25,7 @@ def _value(hostvars, name, host):
             str(value)                  # raises, saying which variable is undefined
         return plain(value)
     except Exception as exc:            # AnsibleUndefinedVariable and template errors alike
-        why = str(getattr(exc, "message", exc)).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InventoryError(f"host {host}: {name}: cannot be rendered: {why}") from None
+        raise cannot_render(host, name, exc) from None
 
 
 def gpuhost_check_inventory(hosts, hostvars):
@@ -48,12 +48,8 @@ def gpuhost_failure(result):
 
 
 def gpuhost_control_tags(run_tags):
-    """The controls `--tags` selects (a control ID, or a role's tag: pcie for pcie.*), so the
-    judgement covers what the run fixes; no control tag (all, always): every control."""
-    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
-
-    tags = {str(t) for t in run_tags or []}
-    return [c.id for c in CATALOG if c.id in tags or c.role in tags]
+    """The controls `--tags` selects (a control ID, or a role's tag: pcie for pcie.*)."""
+    return controls_for_tags(run_tags)
 
 
 def gpuhost_stopped(path):

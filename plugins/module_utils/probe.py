@@ -81,8 +81,13 @@ class Probe:
                 info[m.group(1)] = m.group(3)
         pve = None
         if os.path.exists(self.p("/usr/bin/pveversion")):
-            out = self._run([self.p("/usr/bin/pveversion")])
-            m = re.search(r"pve-manager/(\d+[.\d]*)", out[1] or "")
+            # pveversion prints PVE::pvecfg::version(), which pve-manager's build writes into
+            # pvecfg.pm as a literal ("sub version { return '8.2.4'; }"): read it, not run Perl
+            m = re.search(r"sub\s+version\s*\{\s*return\s+'(\d+[.\d]*)",
+                          self.read("/usr/share/perl5/PVE/pvecfg.pm") or "")
+            if not m:
+                out = self._run([self.p("/usr/bin/pveversion")])
+                m = re.search(r"pve-manager/(\d+[.\d]*)", out[1] or "")
             pve = m.group(1) if m else None
         hostname = self.read1("/proc/sys/kernel/hostname") or self.read1("/etc/hostname")
         return {"id": info.get("ID"), "version_id": info.get("VERSION_ID"), "pretty_name": info.get("PRETTY_NAME"),
@@ -457,6 +462,14 @@ class Probe:
             units[name] = self.effective_unit(name)
         return units
 
+    def udev_rules(self):
+        """The texts of every udev rules file, read once for all the units asked about."""
+        if getattr(self, "_udev_rules", None) is None:
+            self._udev_rules = [self.read(self.rel(rule)) or ""
+                                for d in ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
+                                for rule in self.glob(d + "/*.rules")]
+        return self._udev_rules
+
     def effective_unit(self, name):
         """A unit as systemd reads it (systemd.unit(5)): the first file of that name in the
         unit path, then drop-ins (<unit>.d/*.conf from every unit directory, by file name),
@@ -481,11 +494,8 @@ class Probe:
             for cmd in more:
                 execs = [] if cmd is None else execs + [cmd]
         enabled = any(os.path.lexists(self.p(d + "/multi-user.target.wants/" + name)) for d in UNIT_DIRS[:1])
-        by_udev = False
-        for d in ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d"):
-            for rule in self.glob(d + "/*.rules"):
-                if re.search(r'SYSTEMD_WANTS\S*\s*[+:]?=\s*"?%s' % re.escape(name), self.read(self.rel(rule)) or ""):
-                    by_udev = True
+        by_udev = any(re.search(r'SYSTEMD_WANTS\S*\s*[+:]?=\s*"?%s' % re.escape(name), text)
+                      for text in self.udev_rules())
         return {"content": content, "path": where, "enabled": enabled, "dropins": dropin_texts,
                 "exec_start": execs, "started_by_udev": by_udev,
                 "installable": bool(re.search(r"^\s*\[Install\]", content or "", re.M))}

@@ -24,13 +24,25 @@ CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuh
 
 # set by gpuhost itself or its lab, never a user's typo
 INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_file", "gpuhost_reboot_timeout",
-                 "gpuhost_lock_timeout", "gpuhost_run_holder")
+                 "gpuhost_lock_timeout", "gpuhost_run_holder",
+                 # what the roles set (facts of the audit action, a fix include's control)
+                 "gpuhost_findings", "gpuhost_summary", "gpuhost_reboot_required", "gpuhost_control")
 INTERNAL_PREFIXES = ("gpuhost_lab_",)
+# what ansible.module_utils.parsing.convert_bool reads as true or false (1 and 0 as words too)
+BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f")
 CSTATE_LATENCY_MAX_US = 100000      # 0.1 s: no idle state the kernel knows exits slower
 
 
 class InventoryError(ValueError):
     """Bad input in an inventory; the message is one line."""
+
+
+def cannot_render(host: str, name: str, exc: Exception) -> InventoryError:
+    """A gpuhost variable whose template cannot be rendered (an undefined variable in
+    "{{ }}"): bad input naming the host, the variable and why."""
+    text = str(getattr(exc, "message", exc)).strip()
+    why = text.splitlines()[0] if text else type(exc).__name__
+    return InventoryError(f"host {host}: {name}: cannot be rendered: {why}")
 
 
 def _is_str(v) -> bool:
@@ -67,6 +79,9 @@ def check_vars(host: str, hv: dict) -> None:
                   f"must be a whole number of microseconds from 0 to {CSTATE_LATENCY_MAX_US}, not {v!r}")
     for var in ("gpuhost_lxc_restart", "gpuhost_reboot_ok"):
         v = hv.get(var)
+        # `-e gpuhost_reboot_ok=true` is a string: the words Ansible's `bool` filter reads count
+        if isinstance(v, str) and v.strip().lower() in BOOL_WORDS:
+            continue
         if v is not None and not isinstance(v, bool):
             raise bad(var, f"must be true or false, not {v!r}")
     for var in ("gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices", "gpuhost_controls"):
@@ -106,3 +121,26 @@ def check_vars(host: str, hv: dict) -> None:
             _dt.date.fromisoformat(exp)
         except ValueError:
             raise bad(where, f"expires is not a real date: {exp}") from None
+
+
+def controls_for_tags(run_tags) -> list:
+    """The controls `--tags` selects (a control ID, or a role's tag: pcie for pcie.*), so the
+    judgement covers what the run fixes; no control tag (all, always): every control."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
+
+    tags = {str(t) for t in run_tags or []}
+    return [c.id for c in CATALOG if c.id in tags or c.role in tags]
+
+
+def settings_from(values: dict, run_tags=()) -> dict:
+    """The judgement's settings from a host's checked gpuhost_* variables (a variable not
+    set keeps the judgement's own default)."""
+    settings = {key: values[var] for key, var in (
+        ("kernel_min_version", "gpuhost_kernel_min_version"), ("cstate_max_latency_us", "gpuhost_cstate_max_latency_us"),
+        ("nvidia_min_driver", "gpuhost_nvidia_min_driver"), ("controls_skip", "gpuhost_controls_skip"),
+        ("waivers", "gpuhost_waivers"), ("pcie_mrrs_devices", "gpuhost_pcie_mrrs_devices")) if var in values}
+    # a lab container names its host itself; an operator's gpuhost_container_host comes first
+    settings["container_host"] = values.get("gpuhost_container_host") or values.get("gpuhost_lab_parent") or ""
+    # --controls (gpuhost_controls), else the controls `--tags` selects, else all of them
+    settings["controls"] = values.get("gpuhost_controls") or controls_for_tags(run_tags)
+    return settings

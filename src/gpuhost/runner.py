@@ -95,13 +95,14 @@ class PlaybookRun:
             data = event.get("event_data") or {}
             kind = event.get("event")
             host = data.get("host")
-            if data.get("task") == CHECK_TASK:
-                if kind == "runner_on_failed":
-                    msg = str((data.get("res") or {}).get("msg") or "")
+            msg = str((data.get("res") or {}).get("msg") or "") if kind == "runner_on_failed" else ""
+            if data.get("task") == CHECK_TASK or BAD_INPUT_MARK in msg:
+                # the inventory check (site.yml) or the audit action's own check of its host's variables
+                if kind == "runner_on_failed" and not result.bad_input:
                     result.bad_input = msg.split(BAD_INPUT_MARK, 1)[-1].strip().splitlines()[0] if msg else "bad inventory"
-                if self.on_event:
-                    self.on_event(event)
-                return False
+                return False        # said once, in its own one line
+            if result.bad_input:
+                return False        # the run is being stopped: bad input is all it says
             if host and host not in seen_hosts and kind in ("runner_on_start", "runner_on_ok", "runner_on_unreachable"):
                 seen_hosts.append(host)
             if kind == "runner_on_unreachable" and host and data.get("task") == LOCK_TASK:
@@ -150,13 +151,19 @@ class PlaybookRun:
                    + [str(Path.home() / ".ansible/collections"), "/usr/share/ansible/collections"]),
                "ANSIBLE_NOCOLOR": "1",
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        def cancel() -> bool:
+            # bad input on any host stops a read-only run (the audit action checks each host's
+            # own variables), which its caller may also cut short; a fix is never killed here
+            # (its inventory check stops it before any host is touched)
+            return self.check and (bool(result.bad_input) or bool(self.cancel and self.cancel()))
+
         try:
             r = ansible_runner.run(
                 private_data_dir=str(private), ident=ident, project_dir=str(PLAYBOOKS),
                 playbook=str(PLAYBOOKS / self.playbook), inventory=self.inventory,
                 limit=self.limit, extravars=self.extravars or None, cmdline=shlex.join(cmdline) or None,
                 envvars=env, event_handler=handler, quiet=True, timeout=self.timeout,
-                suppress_env_files=True, rotate_artifacts=1, cancel_callback=self.cancel)
+                suppress_env_files=True, rotate_artifacts=1, cancel_callback=cancel)
             result.status, result.rc = r.status, r.rc
         finally:
             shutil.rmtree(private, ignore_errors=True)

@@ -147,7 +147,8 @@ def test_the_roles_readme_documents_exactly_its_argument_specs():
     ("gpuhost_controls", ["cpu.driver", "cpu.turbo"], "gpuhost_controls: unknown control 'cpu.turbo'"),
     ("gpuhost_controls", "cpu.driver", "gpuhost_controls: must be a list of strings"),
     ("gpuhost_cstate_max_latency_us", "10", "gpuhost_cstate_max_latency_us: must be a whole number"),
-    ("gpuhost_lxc_restart", "yes", "gpuhost_lxc_restart: must be true or false"),
+    ("gpuhost_lxc_restart", "maybe", "gpuhost_lxc_restart: must be true or false"),
+    ("gpuhost_reboot_ok", 2, "gpuhost_reboot_ok: must be true or false"),
     ("gpuhost_kernel_min_version", 6.14, "gpuhost_kernel_min_version: must be a string"),
 ])
 def test_the_inventory_check_names_the_bad_variable(var, value, message):
@@ -155,3 +156,11 @@ def test_the_inventory_check_names_the_bad_variable(var, value, message):
 
     with pytest.raises(InventoryError, match=re.escape(f"host h1: {message}")):
         check_vars("h1", {var: value})
+
+
+@pytest.mark.parametrize("word", ["true", "False", "yes", "no", "1", "0"])
+def test_a_boolean_given_as_a_word_on_the_command_line_is_good_input(word):
+    """`-e gpuhost_reboot_ok=true` arrives as a string; the roles read it with `| bool`."""
+    from gpuhost.inventory import check_vars
+
+    check_vars("h1", {"gpuhost_reboot_ok": word, "gpuhost_lxc_restart": word})

@@ -187,3 +187,23 @@ def test_a_posted_proxmox_grub_line_is_read_without_running_it(tmp_path):
     p = probe.Probe(str(tmp_path), run=lambda argv: pytest.fail(f"ran {argv}"))
     assert p._grub_cmdline() == "quiet amd_iommu=on iommu=pt"
     assert controls.params(p._grub_cmdline())["iommu"] == "pt"
+
+
+@pytest.mark.parametrize("pvecfg, expected", [
+    # pve-manager 7.4-3's installed PVE/pvecfg.pm (pveversion: "pve-manager/7.4-3/9002ab8a"):
+    # the version literal as its build writes it; SOURCES.md
+    ("sub version {\n    return '7.4-3';\n}\n\nsub release {\n    return '7.4';\n}\n", "7.4"),
+    # pve-manager 5.2-8's (tab-indented, `use vars`)
+    ("use vars qw(@ISA);\nuse Carp;\n\nsub version {\n\treturn '5.2';\n}\n\nsub release {\n\treturn '8';\n}\n", "5.2"),
+])
+def test_the_proxmox_version_is_read_from_pvecfg_without_running_pveversion(tmp_path, pvecfg, expected):
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/pveversion").write_text("#!/usr/bin/perl\n")
+    (tmp_path / "usr/share/perl5/PVE").mkdir(parents=True)
+    (tmp_path / "usr/share/perl5/PVE/pvecfg.pm").write_text("package PVE::pvecfg;\n\nuse strict;\n" + pvecfg)
+    ran = []
+    os_facts = probe.Probe(str(tmp_path), run=lambda argv: ran.append(argv) or (0, "pve-manager/9.9/x", "")).probe_os()
+    assert os_facts["proxmox_ve"] == expected and ran == []
+    (tmp_path / "usr/share/perl5/PVE/pvecfg.pm").unlink()          # no pvecfg.pm: ask pveversion
+    os_facts = probe.Probe(str(tmp_path), run=lambda argv: ran.append(argv) or (0, "pve-manager/8.2.4/faa8 (x)", "")).probe_os()
+    assert os_facts["proxmox_ve"] == "8.2.4" and len(ran) == 1

@@ -257,6 +257,12 @@ def _provision_host(root: Path, spec: HostSpec) -> None:
     if spec.is_proxmox:
         _write(root, "etc/kernel/postinst.d/zz-proxmox-boot", ZZ_PROXMOX_BOOT, 0o755)
         _write(root, "var/lib/gpuhost-lab/proxmox_ve", spec.os.proxmox_ve + "\n")
+        # pve-manager's build fills these in (PVE/pvecfg.pm.in); pveversion prints them
+        release = ".".join(spec.os.proxmox_ve.split(".")[:2])
+        _write(root, "usr/share/perl5/PVE/pvecfg.pm",
+               f"package PVE::pvecfg;\n\nuse strict;\nuse warnings;\n\nsub package {{\n    return 'pve-manager';\n}}\n\n"
+               f"sub version {{\n    return '{spec.os.proxmox_ve}';\n}}\n\nsub release {{\n    return '{release}';\n}}\n\n"
+               f"sub repoid {{\n    return 'faa83925c9641325';\n}}\n\n1;\n")
     if spec.boot.loader in ("systemd-boot", "grub-esp"):
         # the installer writes /etc/kernel/cmdline either way; GRUB-mode ESPs do not read it
         _write(root, "etc/kernel/cmdline", spec.boot.cmdline + "\n")
