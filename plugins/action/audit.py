@@ -29,9 +29,11 @@ options:
       - Given, they are used as they are and the host's C(gpuhost_*) variables are not read.
     type: dict
   report:
-    description: Put the host's report into the play's stats under C(gpuhost).
+    description:
+      - Put the host's report into the play's stats under C(gpuhost).
+      - Not given, it follows the host's C(gpuhost_apply) (true, the role's default, means
+        fixes follow, so no report): a play that only audits sets C(gpuhost_apply=false).
     type: bool
-    default: false
   facts:
     description: Also return everything the facts module read, as the fact C(gpuhost).
     type: bool
@@ -53,6 +55,7 @@ ansible_facts:
   type: dict
 """
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain
@@ -77,15 +80,21 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
+        report = args.get("report")
         if args.get("settings") is not None:
             settings = plain(args["settings"])
         else:
             # the host's own variables, checked here: each host in its own worker, in parallel,
             # where a run_once check would template every host's variables in one
             try:
-                settings = settings_from(self.host_variables(task_vars), task_vars.get("ansible_run_tags"))
+                values = self.host_variables(task_vars)
             except InventoryError as exc:
                 return {**result, "failed": True, "msg": f"{BAD_INPUT_MARK}{exc}"}
+            settings = settings_from(values, task_vars.get("ansible_run_tags"))
+            if report is None:
+                # derived here, not templated in the task's arguments: each worker is a fresh
+                # fork that would compile that template again, some 8 ms of controller CPU a host
+                report = not boolean(values.get("gpuhost_apply", True), strict=False)
         probed = self._execute_module(module_name="gpuhost.stack.facts", module_args={}, task_vars=task_vars)
         if probed.get("failed") or probed.get("unreachable"):
             return {**result, **probed}
@@ -99,7 +108,7 @@ class ActionModule(ActionBase):
         result.update(changed=False,
                       ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
                                      "gpuhost_summary": summary, **({"gpuhost": facts} if args.get("facts") else {})})
-        if args.get("report"):
+        if report:
             host = task_vars.get("inventory_hostname")
             result["ansible_stats"] = {"data": {"gpuhost": {host: {"changed": [], "failed": {}, "findings": findings,
                                                                    "facts": summary}}},

@@ -367,7 +367,7 @@ def cpu_governor(h: Host) -> Finding:
     observed = ",".join(govs) + (f" (EPP {','.join(epps)})" if epps else "")
     expected = "performance" + (" (EPP performance)" if epps else "")
     kernel_default = (h.boot.get("default_governor") or {}).get(h.boot.get("default_kernel") or "")
-    offered = cf["policies"][0]["governors"]
+    offered = cf.get("governors") or []
     cmdline_gov = (h.persisted or {}).get("cpufreq.default_governor")
     boot_gov = cmdline_gov if cmdline_gov in offered else kernel_default
     profile = ((h.section("cpu") or {}).get("pm_profile"))

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from . import report as rep
+from . import terminal
 from .controls import BY_ID
 from .inventory import InventoryError, load_and_check
 from .runner import CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
@@ -219,7 +220,7 @@ class App:
 
     def finish(self, mode: str, hosts: dict[str, dict], before: dict[str, dict] | None = None) -> int:
         report = rep.build(mode, self.started, hosts, before)
-        rep.render_terminal(report, self.console)
+        terminal.render(report, self.console)
         json_path = self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json"
         rep.write_json(report, json_path)
         if self.o.junit:

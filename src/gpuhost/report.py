@@ -173,38 +173,3 @@ def _facts_line(h: dict) -> str:
     parts = [f.get("cpu"), f"kernel {f['kernel']}" if f.get("kernel") else None,
              f"{f['gpus']} GPUs" if f.get("gpus") else None, f.get("container") and f"in {f['container']}"]
     return " · ".join(str(p) for p in parts if p)
-
-
-def render_terminal(report: dict, console) -> None:
-    from rich.table import Table
-
-    hosts = report["hosts"]
-    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
-    table = Table(title=f"gpuhost {report['mode']}", show_lines=False, header_style="bold")
-    table.add_column("control")
-    for name in hosts:
-        table.add_column(name)
-    for c in controls:
-        row = [c]
-        for h in hosts.values():
-            f = next((x for x in h["findings"] if x["control"] == c), None)
-            if not h["reachable"] or h.get("error"):
-                row.append("[red]unreachable[/]" if not h["reachable"] else "[red]failed[/]")
-            elif f is None:
-                row.append("")
-            else:
-                mark = " ✎" if f["changed"] else ""
-                was = f.get("before")
-                prefix = f"[{COLOURS.get(was, 'dim')}]{was}[/] → " if was and was != f["status"] else ""
-                row.append(f"{prefix}[{COLOURS[f['status']]}]{f['status']}[/]{mark}")
-        table.add_row(*row)
-    console.print(table)
-    for name, h in hosts.items():
-        if not h["reachable"] or h.get("error"):
-            console.print(f"[red]{name}[/]: {h.get('error') or 'unreachable'}")
-            continue
-        for f in h["findings"]:
-            if f["status"] in FAILING + ("error", "waived"):
-                console.print(f"  [{COLOURS[f['status']]}]{f['status']:<14}[/] {name} {f['control']}: {f['message']}")
-    s = report["summary"]
-    console.print("summary: " + ", ".join(f"{v} {k}" for k, v in s.items() if v or k == "hosts"))

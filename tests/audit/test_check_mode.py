@@ -12,6 +12,12 @@ from conftest import ROOT
 from test_seed import SEED_EXPECTED
 
 
+def changed_controls(output: str, host: str) -> set[str]:
+    """The controls whose tasks (named "... | <control>") reported a change on *host*."""
+    return set(re.findall(r"^TASK \[[^\]]* \| ([a-z_]+\.[a-z_]+)\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[%s\]"
+                          % re.escape(host), output, re.M))
+
+
 def playbook(lab, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory),
@@ -24,11 +30,10 @@ def test_check_mode_reports_every_drifted_control_as_a_change_and_writes_nothing
     run = playbook(seed_lab, "--check", "--diff")
     assert run.returncode == 0, run.stdout[-3000:]
     changed_tasks = re.findall(r"^changed: \[pve-gpu1\]", run.stdout, re.M)
-    names = re.findall(r"^TASK \[[^\]]* \| ([a-z_]+\.[a-z_]+)\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[pve-gpu1\]",
-                       run.stdout, re.M)
+    names = changed_controls(run.stdout, "pve-gpu1")
     drifted = {c for c, s in SEED_EXPECTED.items() if s == "drift"}
-    assert drifted <= set(names), f"not reported as changed: {drifted - set(names)}"
-    assert not set(names) - drifted, "only drifted controls report a change"
+    assert drifted <= names, f"not reported as changed: {drifted - names}"
+    assert not names - drifted, "only drifted controls report a change"
     recap = re.search(r"pve-gpu1\s+: ok=\d+\s+changed=(\d+)", run.stdout)
     assert recap and int(recap.group(1)) >= len(drifted) and len(changed_tasks) >= len(drifted)
     assert "+kernel.numa_balancing = 0" in run.stdout and "/proc/sys/kernel/numa_balancing: 0" in run.stdout
@@ -48,8 +53,7 @@ def test_list_tags_lists_every_control_and_a_tag_runs_that_control_alone(make_la
     before = lab.out("pve-gpu1", "cat /etc/kernel/cmdline")
     run = playbook(lab, "--tags", "pcie.mrrs")
     assert run.returncode == 0, run.stdout[-3000:]
-    fixed = set(re.findall(r"^TASK \[[^\]]* \| ([a-z_]+\.[a-z_]+)\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[pve-gpu1\]",
-                           run.stdout, re.M))
+    fixed = changed_controls(run.stdout, "pve-gpu1")
     assert fixed == {"pcie.mrrs"}, fixed
     assert int(lab.out("pve-gpu1", "setpci -s 01:00.0 CAP_EXP+8.w"), 16) >> 12 & 7 == 5, "MaxReadReq 4096"
     assert lab.out("pve-gpu1", "cat /proc/sys/kernel/numa_balancing") == "1", "no other control touched"

@@ -1,12 +1,16 @@
-"""molecule's default scenario: destroy, create, check, converge, idempotence, verify, destroy."""
+"""molecule's default scenario: destroy, create, check, converge, idempotence, verify, destroy;
+its check step reports every drifted control as a change."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import ROOT
+from test_check_mode import changed_controls
+from test_seed import SEED_EXPECTED
 
 
 def test_molecule_default_scenario_passes():
@@ -19,3 +23,9 @@ def test_molecule_default_scenario_passes():
     for step in ("check", "converge", "idempotence", "verify"):
         assert f"{step}: Executed: Successful" in out, step
     assert "28 passed" in out
+    # the check step (converge in check mode, before converge) reports a change for every
+    # drifted control of the seed host, and for nothing else; the container has none
+    check = re.search(r"check: Executing(.*?)check: Executed", out, re.S)
+    assert check, out[-4000:]
+    assert changed_controls(check.group(1), "pve-gpu1") == {c for c, s in SEED_EXPECTED.items() if s == "drift"}
+    assert changed_controls(check.group(1), "llm-two") == set()

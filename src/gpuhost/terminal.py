@@ -1,0 +1,210 @@
+"""The report on a terminal or in a log, at any width from 80 columns and any number of hosts.
+
+No control ID or host name is ever cut: for a few hosts, a matrix (controls as rows) when it
+fits the width; otherwise a summary per control (hosts by status, which ones fail), then one
+line per problem, worst first, each with what to do. Colour follows the console (NO_COLOR,
+--no-color); the width follows it too (COLUMNS, or the terminal's).
+"""
+from __future__ import annotations
+
+import textwrap
+
+from rich.text import Text
+
+from .controls import BY_ID, CATALOG
+
+STYLES = {"pass": "green", "drift": "yellow", "manual": "magenta", "pending_reboot": "cyan",
+          "na": "dim", "waived": "blue", "error": "red", "unreachable": "red", "changed": "bold green"}
+# worst first: what needs a person (error, manual) before what gpuhost fixes (drift)
+SEVERITY = ("unreachable", "error", "manual", "drift", "pending_reboot", "waived")
+COUNTED = (("pass", "pass"), ("drift", "drift"), ("manual", "manual"), ("pending_reboot", "reboot"),
+           ("error", "error"), ("na", "n/a"))
+GAP = 2
+
+
+def host_failed(h: dict) -> bool:
+    return not h.get("reachable", True) or bool(h.get("error"))
+
+
+def cell(f: dict | None, h: dict) -> Text:
+    """One host's state of one control: its status (before -> after in a fix), ✎ if changed."""
+    if f is None:
+        return Text("-", style="dim")
+    t = Text()
+    was = f.get("before")
+    if was and was != f["status"]:
+        t.append(was, style=STYLES.get(was, "dim")).append(" → ")
+    t.append(f["status"], style=STYLES.get(f["status"], ""))
+    if f.get("changed"):
+        t.append(" ✎")
+    return t
+
+
+def failed_cell(cid: str, h: dict) -> Text:
+    """A host whose run failed: what did change, not "failed" in every cell."""
+    if cid in (h.get("changed") or []):
+        return Text("changed ✎", style=STYLES["changed"])
+    return Text("·", style="dim")           # not judged: the problem lines below say why
+
+
+def matrix(report: dict, controls: list[str], width: int) -> list[Text] | None:
+    """Controls as rows, hosts as columns; None when that does not fit *width*."""
+    hosts = report["hosts"]
+    rows = []
+    for cid in controls:
+        cells = []
+        for h in hosts.values():
+            by = {f["control"]: f for f in h["findings"]}
+            cells.append(failed_cell(cid, h) if host_failed(h) and cid not in by else cell(by.get(cid), h))
+        rows.append(cells)
+    first = max([len("control")] + [len(c) for c in controls])
+    widths = [max([len(name)] + [r[i].cell_len for r in rows]) for i, name in enumerate(hosts)]
+    if first + sum(w + GAP for w in widths) > width:
+        return None
+    head = Text("control".ljust(first), style="bold")
+    for name, w in zip(hosts, widths):
+        head.append(" " * GAP).append(name.ljust(w), style="bold")
+    lines = [head]
+    for cid, cells in zip(controls, rows):
+        line = Text(cid.ljust(first))
+        for c, w in zip(cells, widths):
+            line.append(" " * GAP).append_text(c).append(" " * (w - c.cell_len))
+        lines.append(line)
+    return lines
+
+
+def names_that_fit(names: list[str], room: int) -> str:
+    """As many whole host names as fit *room* columns, then "+N more"."""
+    shown: list[str] = []
+    used = 0
+    for i, name in enumerate(names):
+        rest = len(names) - i - 1
+        tail = len(f" +{rest} more") if rest else 0
+        if used + len(name) + (1 if shown else 0) + tail > room and shown:
+            break
+        shown.append(name)
+        used += len(name) + (1 if len(shown) > 1 else 0)
+    more = len(names) - len(shown)
+    return " ".join(shown) + (f" +{more} more" if more else "")
+
+
+def fleet(report: dict, controls: list[str], width: int) -> list[Text]:
+    """A row per control: how many hosts are in each status, and which hosts fail."""
+    hosts = report["hosts"]
+    first = max([len("control")] + [len(c) for c in controls])
+    counts = {cid: {s: 0 for s, _ in COUNTED} for cid in controls}
+    failing: dict[str, list[str]] = {cid: [] for cid in controls}
+    for name, h in hosts.items():
+        for f in h["findings"]:
+            if f["control"] not in counts:
+                continue
+            if f["status"] in counts[f["control"]]:
+                counts[f["control"]][f["status"]] += 1
+            if f["status"] in SEVERITY:
+                failing[f["control"]].append(name)
+    cols = [len(label) + 1 for _, label in COUNTED]
+    head = Text("control".ljust(first), style="bold")
+    for (_, label), col in zip(COUNTED, cols):
+        head.append(label.rjust(col), style="bold")
+    room = width - first - sum(cols) - GAP
+    inline = room >= 20
+    if inline:
+        head.append(" " * GAP).append("hosts that fail", style="bold")
+    lines = [head]
+    for cid in controls:
+        line = Text(cid.ljust(first))
+        for (status, _), col in zip(COUNTED, cols):
+            n = counts[cid][status]
+            line.append(str(n).rjust(col) if n else "·".rjust(col), style=STYLES[status] if n else "dim")
+        if failing[cid]:
+            if inline:
+                line.append(" " * GAP).append(names_that_fit(failing[cid], room))
+            else:
+                lines.append(line)
+                line = Text("  " + names_that_fit(failing[cid], width - 2), style="dim")
+        lines.append(line)
+    return lines
+
+
+def remedy(f: dict) -> str:
+    """What the operator does about one finding."""
+    control = BY_ID.get(f["control"])
+    status = f["status"]
+    if status == "drift" and control and control.fixable:
+        return f"gpuhost fix --controls {f['control']}" + (" (takes effect at the next reboot)"
+                                                            if f.get("reboot_required") else "")
+    if status == "pending_reboot":
+        return "reboot the host: gpuhost fix --reboot if-needed"
+    if status == "waived":
+        return "waived in the inventory (gpuhost_waivers)"
+    if status == "error":
+        return "gpuhost could not judge this: see the message; nothing was changed for it"
+    return "by hand: gpuhost does not change this (see the message)"
+
+
+def problems(report: dict, width: int) -> list[Text]:
+    """One line per problem, worst first; the same problem on many hosts is one line."""
+    groups: dict[tuple, list[str]] = {}
+    for name, h in report["hosts"].items():
+        if host_failed(h):
+            status = "unreachable" if not h.get("reachable", True) else "error"
+            done = ", ".join(h.get("changed") or []) or "nothing"
+            key = (status, "(host)", f"{h.get('error') or status}; changed before it stopped: {done}")
+            groups.setdefault(key, []).append(name)
+        for f in h["findings"]:
+            if f["status"] in SEVERITY and f["status"] != "waived":
+                groups.setdefault((f["status"], f["control"], f.get("message") or ""), []).append(name)
+    order = sorted(groups, key=lambda k: (SEVERITY.index(k[0]), [c.id for c in CATALOG].index(k[1])
+                                          if k[1] in BY_ID else -1, k[2]))
+    lines = []
+    label = max((len(k[0]) for k in order), default=0)
+    idw = max((len(k[1]) for k in order), default=0)
+    for key in order:
+        status, cid, message = key
+        names = groups[key]
+        line = Text(status.ljust(label), style=STYLES.get(status, ""))
+        line.append(f"  {cid.ljust(idw)}", style="bold")
+        line.append(f"  {names_that_fit(names, max(20, width - label - idw - 4))}")
+        lines.append(line)
+        lines += indented(message, label + 2, width)
+        if cid in BY_ID:
+            finding = next(f for f in report["hosts"][names[0]]["findings"] if f["control"] == cid)
+            lines += indented("→ " + remedy(finding), label + 2, width, style="dim")
+        else:
+            lines += indented("→ check the host and how gpuhost reaches it", label + 2, width, style="dim")
+    return lines
+
+
+def indented(text: str, indent: int, width: int, style: str = "") -> list[Text]:
+    """*text* wrapped at spaces under a hanging indent; a word (a path, a host name) is never split."""
+    pad = " " * indent
+    return [Text(line, style=style) for line in
+            textwrap.wrap(text, width=max(width, indent + 20), initial_indent=pad, subsequent_indent=pad + "  ",
+                          break_long_words=False, break_on_hyphens=False)] or [Text(pad)]
+
+
+def summary_line(report: dict) -> Text:
+    s = report["summary"]
+    t = Text(f"{report['mode']}: {s['hosts']} host{'s' if s['hosts'] != 1 else ''}")
+    for status in ("pass", "drift", "manual", "pending_reboot", "error", "na", "waived", "unreachable"):
+        if s.get(status):
+            t.append(", ")
+            t.append(f"{s[status]} {status}", style=STYLES[status])
+    return t
+
+
+def render(report: dict, console) -> None:
+    width = max(40, console.width)
+    hosts = report["hosts"]
+    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
+    if not controls and any(host_failed(h) for h in hosts.values()):
+        controls = [c.id for c in CATALOG if any(c.id in (h.get("changed") or []) for h in hosts.values())]
+    body = matrix(report, controls, width) or fleet(report, controls, width)
+    for line in body:
+        console.print(line, soft_wrap=True, highlight=False)
+    trouble = problems(report, width)
+    if trouble:
+        console.print()
+        for line in trouble:
+            console.print(line, highlight=False)
+    console.print(summary_line(report), highlight=False)
