@@ -63,9 +63,29 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
     BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, settings_from)
 
 
+def gpu_devices(facts: dict) -> list:
+    """One record per NVIDIA GPU: what nvidia-smi says (name, compute capability,
+    persistence) joined by BDF with what its PCIe config space says (link, MaxReadReq)."""
+    pci = {d.get("bdf"): d for d in facts.get("pci") or []}
+    smi = {g.get("bdf"): g for g in (facts.get("nvidia") or {}).get("gpus") or []}
+    # every NVIDIA display controller (vendor 0x10de, class 0x03xxxx), even one nvidia-smi does not show
+    bdfs = sorted(set(smi) | {b for b, d in pci.items() if d.get("vendor") == 0x10DE and (d.get("class") or 0) >> 16 == 3})
+    out = []
+    for bdf in bdfs:
+        d, g = pci.get(bdf) or {}, smi.get(bdf) or {}
+        now, cap = d.get("link_sta") or {}, d.get("link_cap") or {}
+        out.append({"bdf": bdf, "name": g.get("name"), "compute_capability": g.get("compute_cap"),
+                    # PCIe generation and lane count, as running and as the link can (LnkSta, LnkCap)
+                    "link": {"gen": now.get("gen"), "width": now.get("width"),
+                             "max_gen": cap.get("gen"), "max_width": cap.get("width")} if now or cap else None,
+                    "max_read_request_bytes": d.get("mrrs"), "persistence": g.get("persistence"),
+                    "driver": d.get("driver"), "numa_node": d.get("numa_node")})
+    return out
+
+
 def report_facts(facts: dict) -> dict:
     """The few facts the report shows beside the findings."""
-    return {"kernel": (facts.get("boot") or {}).get("running_kernel"),
+    return {"gpu_devices": gpu_devices(facts), "kernel": (facts.get("boot") or {}).get("running_kernel"),
             "cpu": (facts.get("cpu") or {}).get("model_name"),
             "gpus": len((facts.get("nvidia") or {}).get("gpus") or []),
             "os": (facts.get("os") or {}).get("pretty_name"),

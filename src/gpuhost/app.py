@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from . import report as rep
-from . import terminal
+from . import junit, terminal
 from .controls import BY_ID
 from .inventory import InventoryError, load_and_check
 from .runner import CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
@@ -39,6 +39,9 @@ class Options:
     reboot_timeout: int = 600
     lock_timeout: int = 1800
     connection: list[str] = field(default_factory=list)    # ansible-playbook flags: -u, -b, --private-key, -e, --forks
+    prom: str | None = None                 # Prometheus textfile
+    no_color: bool = False
+    format: str = "table"                   # table | oneline
 
 
 def parse_controls(text: str | None) -> list[str]:
@@ -131,9 +134,11 @@ class Progress:
 class App:
     def __init__(self, opts: Options, console: Console | None = None, err: Console | None = None):
         self.o = opts
-        self.console = console or Console()
+        colour = {"no_color": True} if opts.no_color else {}
+        # --json -: the JSON alone on standard output, the rest on standard error
+        self.console = console or Console(stderr=opts.json == "-", **colour)
         # line-oriented messages (the plan, progress in a log): never wrapped mid-sentence
-        self.err = err or Console(stderr=True, soft_wrap=True)
+        self.err = err or Console(stderr=True, soft_wrap=True, **colour)
         self.started = rep.now()
 
     # ---- input -----------------------------------------------------------------------------
@@ -152,9 +157,9 @@ class App:
         """Every report path is writable before a host is touched: a fix whose report cannot
         be written would leave no record of what it changed."""
         paths = {"--json": self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json",
-                 "--junit": self.o.junit, "--html": self.o.html}
+                 "--junit": self.o.junit, "--html": self.o.html, "--prom": self.o.prom}
         for flag, path in paths.items():
-            if not path:
+            if not path or (flag == "--json" and path == "-"):
                 continue
             target = Path(path)
             parent = target.parent if str(target.parent) else Path(".")
@@ -220,14 +225,21 @@ class App:
 
     def finish(self, mode: str, hosts: dict[str, dict], before: dict[str, dict] | None = None) -> int:
         report = rep.build(mode, self.started, hosts, before)
-        terminal.render(report, self.console)
+        if self.o.format == "oneline":
+            terminal.oneline(report, self.console)
+        else:
+            terminal.render(report, self.console)
         json_path = self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json"
         rep.write_json(report, json_path)
         if self.o.junit:
-            rep.write_junit(report, self.o.junit)
+            junit.write(report, self.o.junit)
         if self.o.html:
             rep.write_html(report, self.o.html)
-        self.err.print(f"[dim]report: {json_path}[/]")
+        if self.o.prom:
+            from . import metrics       # prometheus_client only when asked for
+            metrics.write(report, self.o.prom)
+        if json_path != "-" and self.o.format != "oneline":
+            self.err.print(f"[dim]report: {json_path}[/]")
         return rep.exit_code(report)
 
     # ---- verbs -----------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import shtab
+
 from . import __version__
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -23,6 +25,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpuhost", description="Audit and repair the system stack under GPU inference servers.")
     p.add_argument("--version", action="version", version=f"gpuhost {__version__}")
+    # shell completion made from this parser: gpuhost --print-completion bash > /etc/bash_completion.d/gpuhost
+    shtab.add_argument_to(p, ["--print-completion"], help="print a shell completion script (bash, zsh, tcsh)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(sp, reports=True):
@@ -30,7 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--limit", help="only hosts matching this Ansible pattern")
         if reports:
             sp.add_argument("--controls", help="only these control IDs, comma-separated")
-            sp.add_argument("--json", metavar="F", help="write the JSON report here (default ./gpuhost-report.json)")
+            sp.add_argument("--json", metavar="F",
+                            help="write the JSON report here (default ./gpuhost-report.json; - for standard output, "
+                                 "everything else then goes to standard error)")
+            sp.add_argument("--prom", metavar="F",
+                            help="write Prometheus metrics here, atomically (node_exporter's textfile collector)")
+            sp.add_argument("--format", choices=["table", "oneline"], default="table",
+                            help="table: a matrix or a fleet summary and the problems; oneline: one line a host")
+            sp.add_argument("--no-color", action="store_true", help="no colour (as NO_COLOR=1 does)")
             sp.add_argument("--task-timeout", type=_seconds, default=120, metavar="S",
                             help="fail a host whose task runs longer than S seconds (default 120; 0: no limit)")
             # how to reach the hosts, as ansible-playbook takes it (the operator's ansible.cfg counts too)
@@ -63,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ctl = sub.add_parser("controls", help="list the controls (with --markdown: the controls reference)")
     ctl.add_argument("--markdown", action="store_true", help="print docs/controls.md")
+    ctl.add_argument("--json", action="store_true",
+                     help="the catalog as JSON: ID, title, role, fixable, reboot, rationale, references")
     ctl.add_argument("--variables", action="store_true",
                      help="print the roles' variables table, made from roles/common/meta/argument_specs.yml")
     lab = sub.add_parser("lab", help="simulated GPU hosts from host specs, over real SSH")
@@ -162,7 +175,7 @@ def run_app(args: argparse.Namespace) -> int:
                    reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False),
                    task_timeout=args.task_timeout, reboot_timeout=getattr(args, "reboot_timeout", 600),
                    lock_timeout=getattr(args, "lock_timeout", 1800),
-                   connection=connection_args(args))
+                   connection=connection_args(args), prom=args.prom, no_color=args.no_color, format=args.format)
     app = App(opts)
     try:
         return app.audit() if args.command == "audit" else app.fix()
@@ -192,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(role_variables_markdown(), end="")
             elif args.markdown:
                 print(controls.markdown(), end="")
+            elif args.json:
+                print(json.dumps([{"id": c.id, "title": c.title, "role": c.role, "fixable": c.fixable,
+                                   "reboot": c.reboot, "rationale": c.rationale, "references": list(c.references)}
+                                  for c in controls.CATALOG], indent=2))
             else:
                 for c in controls.CATALOG:
                     print(f"{c.id:<24} {c.title}")

@@ -5,7 +5,6 @@ import datetime as _dt
 import html
 import json
 from pathlib import Path
-from xml.etree import ElementTree as ET
 
 from .controls import BY_ID, CATALOG, FAILING, STATUSES
 
@@ -35,7 +34,10 @@ def build(mode: str, started: str, hosts: dict[str, dict], before: dict[str, dic
     report_hosts = {}
     summary = {"hosts": len(hosts), **{s: 0 for s in STATUSES}, "unreachable": 0}
     for name, h in hosts.items():
-        entry: dict = {"reachable": h.get("reachable", True), "facts": h.get("facts") or {}}
+        facts = dict(h.get("facts") or {})
+        entry: dict = {"reachable": h.get("reachable", True), "facts": facts}
+        if "gpu_devices" in facts:     # one record per GPU: BDF, name, compute capability, link, MaxReadReq
+            entry["gpus"] = facts.pop("gpu_devices")
         if h.get("error"):
             entry["error"] = h["error"]
         changed = set(h.get("changed") or [])
@@ -87,41 +89,14 @@ def render_diffs(diffs: dict[str, list[tuple[str, dict]]], console) -> None:
 
 
 def write_json(report: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n")
-
-
-def write_junit(report: dict, path: str | Path) -> None:
-    suites = ET.Element("testsuites", name="gpuhost", tests="0", failures="0", errors="0")
-    total = fails = errs = 0
-    for host, h in report["hosts"].items():
-        suite = ET.SubElement(suites, "testsuite", name=host)
-        t = f_ = e = 0
-        if not h["reachable"] or h.get("error"):
-            case = ET.SubElement(suite, "testcase", classname=host, name="reachable")
-            ET.SubElement(case, "error", message=h.get("error") or "unreachable").text = h.get("error") or "unreachable"
-            t, e = 1, 1
-        for f in h["findings"]:
-            t += 1
-            case = ET.SubElement(suite, "testcase", classname=host, name=f["control"])
-            text = f"{f['message']}\nobserved: {f['observed']}\nexpected: {f['expected']}"
-            if f["status"] in FAILING:
-                f_ += 1
-                ET.SubElement(case, "failure", type=f["status"], message=f["message"]).text = text
-            elif f["status"] == "error":
-                e += 1
-                ET.SubElement(case, "error", type="error", message=f["message"]).text = text
-            elif f["status"] in ("na", "waived"):
-                ET.SubElement(case, "properties").append(ET.Element("property", name="status", value=f["status"]))
-                ET.SubElement(case, "system-out").text = f"{f['status']}: {f['message']}"
-        suite.set("tests", str(t))
-        suite.set("failures", str(f_))
-        suite.set("errors", str(e))
-        total, fails, errs = total + t, fails + f_, errs + e
-    suites.set("tests", str(total))
-    suites.set("failures", str(fails))
-    suites.set("errors", str(errs))
-    ET.indent(suites)
-    Path(path).write_text('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n")
+    """The report as JSON; "-" is standard output (everything else goes to standard error)."""
+    text = json.dumps(report, indent=2, default=str) + "\n"
+    if str(path) == "-":
+        import sys
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(path).write_text(text)
 
 
 def write_html(report: dict, path: str | Path) -> None:

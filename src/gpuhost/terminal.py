@@ -41,9 +41,8 @@ def cell(f: dict | None, h: dict) -> Text:
 
 
 def failed_cell(cid: str, h: dict) -> Text:
-    """A host whose run failed: what did change, not "failed" in every cell."""
-    if cid in (h.get("changed") or []):
-        return Text("changed ✎", style=STYLES["changed"])
+    """A host with no findings (unreachable from the start): not "failed" in every cell. A
+    host that failed during a fix keeps the audit's findings, its changes marked ✎."""
     return Text("·", style="dim")           # not judged: the problem lines below say why
 
 
@@ -148,8 +147,8 @@ def problems(report: dict, width: int) -> list[Text]:
     for name, h in report["hosts"].items():
         if host_failed(h):
             status = "unreachable" if not h.get("reachable", True) else "error"
-            done = ", ".join(h.get("changed") or []) or "nothing"
-            key = (status, "(host)", f"{h.get('error') or status}; changed before it stopped: {done}")
+            done = ", ".join(f["control"] for f in h["findings"] if f.get("changed"))
+            key = (status, "(host)", f"{h.get('error') or status}; " + (f"changed: {done}" if done else "changed nothing"))
             groups.setdefault(key, []).append(name)
         for f in h["findings"]:
             if f["status"] in SEVERITY and f["status"] != "waived":
@@ -170,8 +169,12 @@ def problems(report: dict, width: int) -> list[Text]:
         if cid in BY_ID:
             finding = next(f for f in report["hosts"][names[0]]["findings"] if f["control"] == cid)
             lines += indented("→ " + remedy(finding), label + 2, width, style="dim")
+        elif status == "unreachable":
+            lines += indented("→ check the host and how gpuhost reaches it (SSH, its key, the inventory)",
+                              label + 2, width, style="dim")
         else:
-            lines += indented("→ check the host and how gpuhost reaches it", label + 2, width, style="dim")
+            lines += indented("→ see the error; `gpuhost audit` shows the host as it is now", label + 2, width,
+                              style="dim")
     return lines
 
 
@@ -198,7 +201,7 @@ def render(report: dict, console) -> None:
     hosts = report["hosts"]
     controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
     if not controls and any(host_failed(h) for h in hosts.values()):
-        controls = [c.id for c in CATALOG if any(c.id in (h.get("changed") or []) for h in hosts.values())]
+        controls = [c.id for c in CATALOG]
     body = matrix(report, controls, width) or fleet(report, controls, width)
     for line in body:
         console.print(line, soft_wrap=True, highlight=False)
@@ -208,3 +211,23 @@ def render(report: dict, console) -> None:
         for line in trouble:
             console.print(line, highlight=False)
     console.print(summary_line(report), highlight=False)
+
+
+def oneline(report: dict, console) -> None:
+    """One line per host, for a scheduler's health check (Slurm's HealthCheckProgram, NHC):
+    OK or FAIL, the counts, and which controls fail. The exit code says the same."""
+    for name, h in report["hosts"].items():
+        if host_failed(h):
+            why = (h.get("error") or "unreachable").splitlines()[0]
+            console.print(Text(f"{name}: ERROR {why}"), soft_wrap=True, highlight=False)
+            continue
+        bad = [f for f in h["findings"] if f["status"] in SEVERITY and f["status"] != "waived"]
+        counts = {}
+        for f in h["findings"]:
+            counts[f["status"]] = counts.get(f["status"], 0) + 1
+        tally = ", ".join(f"{counts[s]} {s}" for s in ("pass", "drift", "manual", "pending_reboot", "error",
+                                                          "na", "waived") if counts.get(s))
+        word = "ERROR" if any(f["status"] == "error" for f in bad) else ("FAIL" if bad else "OK")
+        failing = " ".join(f"{f['control']}={f['status']}" for f in bad)
+        console.print(Text(f"{name}: {word} {tally}" + (f": {failing}" if failing else "")),
+                      soft_wrap=True, highlight=False)

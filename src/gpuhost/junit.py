@@ -1,0 +1,58 @@
+"""The report as JUnit XML, as Jenkins and GitLab read it (checked against Jenkins' xunit
+junit-10.xsd): a testsuite per host, a testcase per control; drift, manual and
+pending_reboot fail, error is an error, na and waived are skipped, pass passes."""
+from __future__ import annotations
+
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from .controls import FAILING
+
+
+def detail(f: dict) -> str:
+    return f"{f['message']}\nobserved: {f['observed']}\nexpected: {f['expected']}"
+
+
+def testcase(suite: ET.Element, host: str, f: dict) -> str:
+    """One finding as a testcase; returns what it counts as."""
+    case = ET.SubElement(suite, "testcase", classname=host, name=f["control"])
+    status = f["status"]
+    if status in FAILING:
+        ET.SubElement(case, "failure", type=status, message=f"{status}: {f['message']}").text = detail(f)
+        return "failures"
+    if status == "error":
+        ET.SubElement(case, "error", type="error", message=f["message"] or "error").text = detail(f)
+        return "errors"
+    if status in ("na", "waived"):
+        ET.SubElement(case, "skipped", type=status, message=f"{status}: {f['message']}")
+        return "skipped"
+    return "passed"
+
+
+def document(report: dict) -> ET.Element:
+    suites = ET.Element("testsuites", name=f"gpuhost {report['mode']}")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for host, h in report["hosts"].items():
+        suite = ET.SubElement(suites, "testsuite", name=host, hostname=host, timestamp=report["started"])
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
+        if not h["reachable"] or h.get("error"):
+            case = ET.SubElement(suite, "testcase", classname=host, name="reachable")
+            why = h.get("error") or "unreachable"
+            ET.SubElement(case, "error", type="unreachable" if not h["reachable"] else "failed", message=why).text = why
+            counts["tests"] += 1
+            counts["errors"] += 1
+        for f in h["findings"]:
+            counts["tests"] += 1
+            counts[testcase(suite, host, f)] += 1
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(counts[key]))
+            totals[key] += counts[key]
+    for key in ("tests", "failures", "errors"):     # the schema's testsuites has no skipped
+        suites.set(key, str(totals[key]))
+    return suites
+
+
+def write(report: dict, path: str | Path) -> None:
+    root = document(report)
+    ET.indent(root)
+    Path(path).write_text('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")

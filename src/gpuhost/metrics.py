@@ -1,0 +1,44 @@
+"""The report as Prometheus metrics, for node_exporter's textfile collector.
+
+Written atomically (prometheus_client's write_to_textfile: a temporary file in the same
+directory, then a rename), so the collector never reads half a file. Names follow
+Prometheus' conventions: a gpuhost_ prefix, base units (_seconds), an enum as a state set
+(one series per state, 1 for the current one)."""
+from __future__ import annotations
+
+import datetime as _dt
+
+from prometheus_client import CollectorRegistry, Enum, Gauge, write_to_textfile
+
+from .controls import STATUSES
+
+
+def _seconds(stamp: str) -> float:
+    return _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+
+
+def registry(report: dict) -> CollectorRegistry:
+    reg = CollectorRegistry()
+    status = Enum("gpuhost_control_status", "A control's status on a host, from gpuhost's last run",
+                  ["host", "control"], states=list(STATUSES), registry=reg)
+    reachable = Gauge("gpuhost_host_reachable", "1 if gpuhost read and judged the host, 0 if not",
+                      ["host"], registry=reg)
+    findings = Gauge("gpuhost_findings", "Findings of the last run, by status", ["status"], registry=reg)
+    for s in STATUSES:
+        findings.labels(status=s).set(0)
+    for host, h in report["hosts"].items():
+        reachable.labels(host=host).set(0 if not h["reachable"] or h.get("error") else 1)
+        for f in h["findings"]:
+            status.labels(host=host, control=f["control"]).state(f["status"])
+            findings.labels(status=f["status"]).inc()
+    Gauge("gpuhost_last_run_timestamp_seconds", "When gpuhost's last run finished (Unix time)",
+          ["mode"], registry=reg).labels(mode=report["mode"]).set(_seconds(report["finished"]))
+    Gauge("gpuhost_last_run_duration_seconds", "How long gpuhost's last run took",
+          ["mode"], registry=reg).labels(mode=report["mode"]).set(
+        max(0.0, _seconds(report["finished"]) - _seconds(report["started"])))
+    Gauge("gpuhost_hosts", "Hosts in gpuhost's last run", registry=reg).set(len(report["hosts"]))
+    return reg
+
+
+def write(report: dict, path: str) -> None:
+    write_to_textfile(path, registry(report))

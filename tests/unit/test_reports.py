@@ -1,0 +1,113 @@
+"""The machine-read reports on a synthetic fleet (the seed host's real judgement on N
+hosts): JUnit valid against Jenkins' junit-10.xsd with na/waived skipped, Prometheus text
+that prometheus_client parses, JSON valid against docs/report.schema.json; the one-line
+output; the catalog as JSON; the version; shell completion."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import jsonschema
+import pytest
+import xmlschema
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+
+import fleet
+from gpuhost import __version__, junit, metrics, terminal
+from gpuhost import report as rep
+from gpuhost.controls import CATALOG
+
+ROOT = Path(__file__).resolve().parents[2]
+XSD = ROOT / "tests/real_data/junit/junit-10.xsd"
+SCHEMA = json.loads((ROOT / "docs/report.schema.json").read_text())
+
+
+def fleet_report(n: int, mode: str = "audit") -> dict:
+    before = fleet.fleet_hosts(n, "audit") if mode == "fix" else None
+    report = rep.build(mode, "2026-12-01T10:00:00Z", fleet.fleet_hosts(n, mode), before)
+    first = next(iter(report["hosts"].values()))
+    first["findings"][1].update(status="waived", message="waived until 2027-01-01: vendor ticket 4411")
+    return report
+
+
+@pytest.mark.parametrize("mode", ["audit", "fix"])
+def test_junit_is_valid_against_the_schema_jenkins_reads_and_counts_na_and_waived_as_skipped(tmp_path, mode):
+    report = fleet_report(7, mode)
+    junit.write(report, tmp_path / "r.xml")
+    xmlschema.XMLSchema(str(XSD)).validate(str(tmp_path / "r.xml"))
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    statuses = [f["status"] for h in report["hosts"].values() for f in h["findings"]]
+    assert len(root.findall(".//testcase/skipped")) == statuses.count("na") + statuses.count("waived") > 0
+    failures = root.findall(".//testcase/failure")
+    assert len(failures) == sum(statuses.count(s) for s in ("drift", "manual", "pending_reboot"))
+    f = failures[0]
+    assert f.get("message").startswith(f.get("type") + ": ") and "observed: " in f.text and "expected: " in f.text
+    unreachable = [s for s in root.iter("testsuite") if s.find("testcase[@name='reachable']") is not None]
+    assert len(unreachable) == sum(1 for h in report["hosts"].values() if not h["reachable"] or h.get("error"))
+    assert root.get("tests") == str(sum(int(s.get("tests")) for s in root.iter("testsuite")))
+
+
+def test_the_prometheus_file_parses_and_says_every_hosts_every_control(tmp_path):
+    report = fleet_report(6)
+    path = tmp_path / "gpuhost.prom"
+    metrics.write(report, str(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpuhost.prom"], "written atomically: no temporary left"
+    families = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    status = families["gpuhost_control_status"].samples
+    current = {(s.labels["host"], s.labels["control"]): s.labels["gpuhost_control_status"]
+               for s in status if s.value == 1}
+    expected = {(h, f["control"]): f["status"] for h, e in report["hosts"].items() for f in e["findings"]}
+    assert current == expected
+    assert len(status) == len(expected) * 7, "a state set: every state of every control, 1 for the current"
+    up = {s.labels["host"]: s.value for s in families["gpuhost_host_reachable"].samples}
+    assert up == {h: 0.0 if not e["reachable"] or e.get("error") else 1.0 for h, e in report["hosts"].items()}
+    counts = {s.labels["status"]: s.value for s in families["gpuhost_findings"].samples}
+    assert counts["drift"] == sum(1 for s in expected.values() if s == "drift")
+    stamp = families["gpuhost_last_run_timestamp_seconds"].samples[0]
+    assert stamp.labels == {"mode": "audit"} and stamp.value > 1.7e9
+    assert "gpuhost_last_run_duration_seconds" in families
+
+
+@pytest.mark.parametrize("mode, n", [("audit", 1), ("audit", 50), ("fix", 6)])
+def test_the_json_report_is_valid_against_its_schema(mode, n):
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    report = json.loads(json.dumps(fleet_report(n, mode)))
+    jsonschema.validate(report, SCHEMA)
+    bad = json.loads(json.dumps(report))
+    next(iter(bad["hosts"].values()))["findings"][0]["status"] = "drifted"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, SCHEMA)
+
+
+def test_oneline_says_each_host_in_one_line_for_a_health_check():
+    report = fleet_report(6)
+    out = io.StringIO()
+    terminal.oneline(report, Console(file=out, width=80, no_color=True))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(report["hosts"])
+    by_host = dict(line.split(": ", 1) for line in lines)
+    assert by_host[fleet.host_name(2)].startswith("FAIL ") and "pcie.mrrs=manual" in by_host[fleet.host_name(2)]
+    assert by_host[fleet.host_name(5)].startswith("ERROR unreachable: ssh")
+    assert by_host[fleet.host_name(0)].startswith("FAIL ") and "cpu.driver=drift" in by_host[fleet.host_name(0)]
+
+
+def gpuhost_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "gpuhost"), *args], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_the_cli_explains_itself():
+    listed = json.loads(gpuhost_cli("controls", "--json").stdout)
+    assert [c["id"] for c in listed] == [c.id for c in CATALOG]
+    mrrs = next(c for c in listed if c["id"] == "pcie.mrrs")
+    assert mrrs["fixable"] is True and mrrs["rationale"] and mrrs["references"]
+    assert gpuhost_cli("--version").stdout.strip() == f"gpuhost {__version__}"
+    bash = gpuhost_cli("--print-completion", "bash").stdout
+    assert "audit" in bash and "--controls" in bash and "--prom" in bash
+    zsh = gpuhost_cli("--print-completion", "zsh").stdout
+    assert zsh.startswith("#compdef gpuhost")
