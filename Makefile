@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PYTHON ?= /usr/bin/python3
 BIN := $(VENV)/bin
-SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo
+SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo chromium-headless-shell
 PYTEST_ARGS ?=
 
 .PHONY: audit test install system-deps lab-demo bench clean
@@ -21,7 +21,7 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-# The lab needs sshd, the real lspci/setpci and FUSE. Installing openssh-server must not
+# The lab needs sshd, the real lspci/setpci and FUSE; the HTML report's test a real browser. Installing openssh-server must not
 # start the machine's own sshd on 0.0.0.0:22, so service starts are refused meanwhile.
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from . import report as rep
-from . import junit, terminal
+from . import htmlreport, junit, terminal
 from .controls import BY_ID
 from .inventory import InventoryError, load_and_check
 from .runner import CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
@@ -234,7 +234,7 @@ class App:
         if self.o.junit:
             junit.write(report, self.o.junit)
         if self.o.html:
-            rep.write_html(report, self.o.html)
+            htmlreport.write(report, self.o.html)
         if self.o.prom:
             from . import metrics       # prometheus_client only when asked for
             metrics.write(report, self.o.prom)

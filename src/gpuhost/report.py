@@ -1,18 +1,17 @@
-"""The report (contract ``gpuhost.report/v1``) and its renderings: JSON, JUnit, HTML, terminal."""
+"""The report (contract ``gpuhost.report/v1``, docs/report.schema.json): built from the runs' results,
+its exit code, its problems worst first, and its JSON. The other renderings have modules of
+their own: terminal, junit, htmlreport, metrics."""
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import json
 from pathlib import Path
 
 from .controls import BY_ID, CATALOG, FAILING, STATUSES
 
 SCHEMA = "gpuhost.report/v1"
-COLOURS = {"pass": "green", "drift": "yellow", "manual": "magenta", "pending_reboot": "cyan",
-           "na": "dim", "waived": "blue", "error": "red", "unreachable": "red"}
-HTML_COLOURS = {"pass": "#2e7d32", "drift": "#b26a00", "manual": "#8e24aa", "pending_reboot": "#00838f",
-                "na": "#9e9e9e", "waived": "#1565c0", "error": "#c62828", "unreachable": "#c62828"}
+# worst first: what needs a person (error, manual) before what gpuhost fixes (drift)
+SEVERITY = ("unreachable", "error", "manual", "drift", "pending_reboot", "waived")
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 
@@ -57,6 +56,55 @@ def build(mode: str, started: str, hosts: dict[str, dict], before: dict[str, dic
             "hosts": report_hosts, "summary": summary}
 
 
+def host_failed(h: dict) -> bool:
+    return not h.get("reachable", True) or bool(h.get("error"))
+
+
+def remedy(f: dict) -> str:
+    """What the operator does about one finding."""
+    control = BY_ID.get(f["control"])
+    status = f["status"]
+    if status == "drift" and control and control.fixable:
+        return f"gpuhost fix --controls {f['control']}" + (" (takes effect at the next reboot)"
+                                                            if f.get("reboot_required") else "")
+    if status == "pending_reboot":
+        return "reboot the host: gpuhost fix --reboot if-needed"
+    if status == "waived":
+        return "waived in the inventory (gpuhost_waivers)"
+    if status == "error":
+        return "gpuhost could not judge this: see the message; nothing was changed for it"
+    return "by hand: gpuhost does not change this (see the message)"
+
+
+def problems(report: dict) -> list[dict]:
+    """The run's problems, worst first: a host that could not be read or whose fix stopped,
+    then each (status, control, message) with the hosts that have it and what to do."""
+    groups: dict[tuple, list[str]] = {}
+    for name, h in report["hosts"].items():
+        if host_failed(h):
+            status = "unreachable" if not h.get("reachable", True) else "error"
+            done = ", ".join(f["control"] for f in h["findings"] if f.get("changed"))
+            key = (status, "(host)", f"{h.get('error') or status}; " + (f"changed: {done}" if done else "changed nothing"))
+            groups.setdefault(key, []).append(name)
+        for f in h["findings"]:
+            if f["status"] in SEVERITY and f["status"] != "waived":
+                groups.setdefault((f["status"], f["control"], f.get("message") or ""), []).append(name)
+    ids = [c.id for c in CATALOG]
+    out = []
+    for key in sorted(groups, key=lambda k: (SEVERITY.index(k[0]), ids.index(k[1]) if k[1] in BY_ID else -1, k[2])):
+        status, cid, message = key
+        names = groups[key]
+        if cid in BY_ID:
+            finding = next(f for f in report["hosts"][names[0]]["findings"] if f["control"] == cid)
+            what = remedy(finding)
+        elif status == "unreachable":
+            what = "check the host and how gpuhost reaches it (SSH, its key, the inventory)"
+        else:
+            what = "see the error; `gpuhost audit` shows the host as it is now"
+        out.append({"status": status, "control": cid, "message": message, "hosts": names, "remedy": what})
+    return out
+
+
 def exit_code(report: dict) -> int:
     hosts = report["hosts"].values()
     if any(not h["reachable"] or h.get("error") for h in hosts):
@@ -97,54 +145,3 @@ def write_json(report: dict, path: str | Path) -> None:
         sys.stdout.flush()
     else:
         Path(path).write_text(text)
-
-
-def write_html(report: dict, path: str | Path) -> None:
-    e = html.escape
-    hosts = report["hosts"]
-    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
-    head = "".join(f"<th title='{e(BY_ID[c].title)}'>{e(c)}</th>" for c in controls)
-    rows = []
-    for name, h in hosts.items():
-        by = {f["control"]: f for f in h["findings"]}
-        if not h["reachable"] or h.get("error"):
-            cells = f"<td colspan='{len(controls)}' class='s-unreachable'>{e(h.get('error') or 'unreachable')}</td>"
-        else:
-            cells = "".join(
-                f"<td class='s-{by[c]['status']}' title='{e(by[c]['message'] or '')}'>{e(by[c]['status'])}"
-                f"{' &#9998;' if by[c]['changed'] else ''}</td>" if c in by else "<td></td>" for c in controls)
-        rows.append(f"<tr><th class='host'>{e(name)}<div class='facts'>{e(_facts_line(h))}</div></th>{cells}</tr>")
-    details = []
-    for name, h in hosts.items():
-        items = "".join(
-            f"<tr class='s-{f['status']}-row'><td><code>{e(f['control'])}</code></td><td class='s-{f['status']}'>{e(f['status'])}</td>"
-            f"<td>{e(str(f['observed']))}</td><td>{e(str(f['expected']))}</td><td>{e(f['message'] or '')}"
-            f"{' <b>(changed)</b>' if f['changed'] else ''}{' <b>(reboot)</b>' if f['reboot_required'] else ''}</td></tr>"
-            for f in h["findings"])
-        details.append(f"<h2 id='{e(name)}'>{e(name)}</h2><table class='detail'><tr><th>control</th><th>status</th>"
-                       f"<th>observed</th><th>expected</th><th>what it means</th></tr>{items}</table>")
-    summary = " &middot; ".join(f"<span class='s-{k}'>{v} {e(k)}</span>" for k, v in report["summary"].items()
-                                if k != "hosts" and v)
-    css = "".join(f".s-{k}{{color:{v};font-weight:600}}" for k, v in HTML_COLOURS.items())
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>gpuhost {e(report['mode'])} report</title>
-<style>
-body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222}}
-table{{border-collapse:collapse;margin:1rem 0}} td,th{{border:1px solid #ddd;padding:.35rem .6rem;text-align:left;vertical-align:top}}
-th.host{{white-space:nowrap}} .facts{{font-weight:400;color:#666;font-size:.8rem}} code{{font-size:.9rem}}
-.grid td{{text-align:center}} {css}
-</style></head><body>
-<h1>gpuhost {e(report['mode'])}</h1>
-<p>{e(report['started'])} &ndash; {e(report['finished'])} &middot; {report['summary']['hosts']} hosts &middot; {summary}</p>
-<table class="grid"><tr><th>host</th>{head}</tr>{''.join(rows)}</table>
-{''.join(details)}
-</body></html>
-"""
-    Path(path).write_text(page)
-
-
-def _facts_line(h: dict) -> str:
-    f = h.get("facts") or {}
-    parts = [f.get("cpu"), f"kernel {f['kernel']}" if f.get("kernel") else None,
-             f"{f['gpus']} GPUs" if f.get("gpus") else None, f.get("container") and f"in {f['container']}"]
-    return " · ".join(str(p) for p in parts if p)

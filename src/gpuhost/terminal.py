@@ -11,19 +11,15 @@ import textwrap
 
 from rich.text import Text
 
-from .controls import BY_ID, CATALOG
+from . import report as rep
+from .controls import CATALOG
+from .report import SEVERITY, host_failed
 
 STYLES = {"pass": "green", "drift": "yellow", "manual": "magenta", "pending_reboot": "cyan",
           "na": "dim", "waived": "blue", "error": "red", "unreachable": "red", "changed": "bold green"}
-# worst first: what needs a person (error, manual) before what gpuhost fixes (drift)
-SEVERITY = ("unreachable", "error", "manual", "drift", "pending_reboot", "waived")
 COUNTED = (("pass", "pass"), ("drift", "drift"), ("manual", "manual"), ("pending_reboot", "reboot"),
            ("error", "error"), ("na", "n/a"))
 GAP = 2
-
-
-def host_failed(h: dict) -> bool:
-    return not h.get("reachable", True) or bool(h.get("error"))
 
 
 def cell(f: dict | None, h: dict) -> Text:
@@ -125,56 +121,19 @@ def fleet(report: dict, controls: list[str], width: int) -> list[Text]:
     return lines
 
 
-def remedy(f: dict) -> str:
-    """What the operator does about one finding."""
-    control = BY_ID.get(f["control"])
-    status = f["status"]
-    if status == "drift" and control and control.fixable:
-        return f"gpuhost fix --controls {f['control']}" + (" (takes effect at the next reboot)"
-                                                            if f.get("reboot_required") else "")
-    if status == "pending_reboot":
-        return "reboot the host: gpuhost fix --reboot if-needed"
-    if status == "waived":
-        return "waived in the inventory (gpuhost_waivers)"
-    if status == "error":
-        return "gpuhost could not judge this: see the message; nothing was changed for it"
-    return "by hand: gpuhost does not change this (see the message)"
-
-
 def problems(report: dict, width: int) -> list[Text]:
     """One line per problem, worst first; the same problem on many hosts is one line."""
-    groups: dict[tuple, list[str]] = {}
-    for name, h in report["hosts"].items():
-        if host_failed(h):
-            status = "unreachable" if not h.get("reachable", True) else "error"
-            done = ", ".join(f["control"] for f in h["findings"] if f.get("changed"))
-            key = (status, "(host)", f"{h.get('error') or status}; " + (f"changed: {done}" if done else "changed nothing"))
-            groups.setdefault(key, []).append(name)
-        for f in h["findings"]:
-            if f["status"] in SEVERITY and f["status"] != "waived":
-                groups.setdefault((f["status"], f["control"], f.get("message") or ""), []).append(name)
-    order = sorted(groups, key=lambda k: (SEVERITY.index(k[0]), [c.id for c in CATALOG].index(k[1])
-                                          if k[1] in BY_ID else -1, k[2]))
+    groups = rep.problems(report)
     lines = []
-    label = max((len(k[0]) for k in order), default=0)
-    idw = max((len(k[1]) for k in order), default=0)
-    for key in order:
-        status, cid, message = key
-        names = groups[key]
-        line = Text(status.ljust(label), style=STYLES.get(status, ""))
-        line.append(f"  {cid.ljust(idw)}", style="bold")
-        line.append(f"  {names_that_fit(names, max(20, width - label - idw - 4))}")
+    label = max((len(g["status"]) for g in groups), default=0)
+    idw = max((len(g["control"]) for g in groups), default=0)
+    for g in groups:
+        line = Text(g["status"].ljust(label), style=STYLES.get(g["status"], ""))
+        line.append(f"  {g['control'].ljust(idw)}", style="bold")
+        line.append(f"  {names_that_fit(g['hosts'], max(20, width - label - idw - 4))}")
         lines.append(line)
-        lines += indented(message, label + 2, width)
-        if cid in BY_ID:
-            finding = next(f for f in report["hosts"][names[0]]["findings"] if f["control"] == cid)
-            lines += indented("→ " + remedy(finding), label + 2, width, style="dim")
-        elif status == "unreachable":
-            lines += indented("→ check the host and how gpuhost reaches it (SSH, its key, the inventory)",
-                              label + 2, width, style="dim")
-        else:
-            lines += indented("→ see the error; `gpuhost audit` shows the host as it is now", label + 2, width,
-                              style="dim")
+        lines += indented(g["message"], label + 2, width)
+        lines += indented("→ " + g["remedy"], label + 2, width, style="dim")
     return lines
 
 

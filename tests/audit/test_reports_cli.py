@@ -41,7 +41,7 @@ def test_json_to_stdout_alone_with_gpu_records_and_the_other_reports_beside_it(s
     assert max(len(line) for line in run.stderr.splitlines()) <= 80
     families = {f.name: f for f in text_string_to_metric_families((tmp_path / "m.prom").read_text())}
     drifted = {s.labels["control"] for s in families["gpuhost_control_status"].samples
-               if s.labels["host"] == "pve-gpu1" and s.labels["gpuhost_control_status"] == "drift" and s.value == 1}
+               if s.labels["host"] == "pve-gpu1" and s.labels["status"] == "drift" and s.value == 1}
     assert drifted == {c for c, s in SEED_EXPECTED.items() if s == "drift"}
     xmlschema.XMLSchema(str(ROOT / "tests/real_data/junit/junit-10.xsd")).validate(str(tmp_path / "r.xml"))
 

@@ -1,0 +1,67 @@
+"""The report as one self-contained HTML page, made from a Jinja2 template (autoescaped;
+no network: styles and the filter script are inline).
+
+The fleet summary (controls by status counts) fits one screen at 2 or 500 hosts; then the
+problems worst first with what to do, filters by status, control and host, each host's
+details folded, and each control's rationale and references from the catalog."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from . import report as rep
+from .controls import CATALOG, STATUSES
+
+COUNTED = ("pass", "drift", "manual", "pending_reboot", "error", "na", "waived")
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+                          autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def facts_line(h: dict) -> str:
+    f = h.get("facts") or {}
+    parts = [f.get("cpu"), f"kernel {f['kernel']}" if f.get("kernel") else None,
+             f"{f['gpus']} GPUs" if f.get("gpus") else None, f.get("container") and f"in {f['container']}"]
+    return " · ".join(str(p) for p in parts if p)
+
+
+def context(report: dict) -> dict:
+    hosts = report["hosts"]
+    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
+    summary = []
+    for cid in controls:
+        counts = dict.fromkeys(COUNTED, 0)
+        failing = []
+        for name, h in hosts.items():
+            for f in h["findings"]:
+                if f["control"] == cid:
+                    counts[f["status"]] = counts.get(f["status"], 0) + 1
+                    if f["status"] in rep.SEVERITY and f["status"] != "waived":
+                        failing.append(name)
+        summary.append({"id": cid, "title": next(c.title for c in CATALOG if c.id == cid), "counts": counts,
+                        "failing": failing})
+    view = {}
+    for name, h in hosts.items():
+        counts: dict[str, int] = {}
+        for f in h["findings"]:
+            counts[f["status"]] = counts.get(f["status"], 0) + 1
+        if rep.host_failed(h):
+            counts["unreachable" if not h["reachable"] else "error"] = counts.get("error", 0) + 1
+        view[name] = {**h, "gpus": h.get("gpus") or [], "error": h.get("error"), "facts_line": facts_line(h),
+                      "counts": [(s, counts[s]) for s in (*STATUSES, "unreachable") if counts.get(s)],
+                      "statuses": sorted(counts)}
+    s = report["summary"]
+    problems = rep.problems(report)
+    return {"report": {**report, "hosts": view}, "colours": (*STATUSES, "unreachable"), "counted": COUNTED,
+            "labels": {**{k: k for k in COUNTED}, "pending_reboot": "reboot", "na": "n/a"},
+            "summary": summary, "problems": problems, "controls": controls, "catalog": CATALOG,
+            "problem_statuses": sorted({p["status"] for p in problems}, key=rep.SEVERITY.index),
+            "totals": [(k, s[k]) for k in (*STATUSES, "unreachable") if s.get(k)]}
+
+
+def render(report: dict) -> str:
+    return _ENV.get_template("report.html.j2").render(**context(report))
+
+
+def write(report: dict, path: str | Path) -> None:
+    Path(path).write_text(render(report))

@@ -1,0 +1,43 @@
+"""The HTML report in a real browser (headless Chromium) at 1400x900: the fleet summary fits
+the first screen at 2 and at 200 hosts, nothing is wider than the window; the page is one
+self-contained file, escaped, with the catalog's rationale and references."""
+from __future__ import annotations
+
+import re
+import struct
+
+import pytest
+
+import browser
+import fleet
+from gpuhost import htmlreport
+from gpuhost import report as rep
+from gpuhost.controls import CATALOG
+
+
+@pytest.mark.parametrize("n", [2, 200])
+def test_the_summary_fits_the_first_screen_and_nothing_is_wider_than_the_window(tmp_path, n):
+    page = tmp_path / "r.html"
+    htmlreport.write(rep.build("audit", rep.now(), fleet.fleet_hosts(n)), page)
+    g = browser.geometry(page)
+    assert g["viewport"] == "1400x900"
+    assert int(g["summary-bottom"]) <= 900, g
+    assert int(g["scroll-width"]) <= 1400, g
+    png = tmp_path / "r.png"
+    browser.screenshot(page, png)
+    width, height = struct.unpack(">II", png.read_bytes()[16:24])      # the PNG's IHDR
+    assert (width, height) == (1400, 900)
+
+
+def test_the_page_is_self_contained_escaped_and_explains_each_control():
+    hosts = fleet.fleet_hosts(3)
+    hosts["<script>alert(1)</script>"] = hosts.pop(next(iter(hosts)))
+    page = htmlreport.render(rep.build("audit", rep.now(), hosts))
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "nothing is fetched"
+    assert not re.search(r"<link\b|@import", page)
+    for c in CATALOG:
+        assert c.rationale.split(";")[0].replace("'", "&#39;") in page, c.id
+        for ref in c.references:
+            assert ref.replace("'", "&#39;").replace('"', "&#34;") in page
+    assert page.count('<details class="host"') == 3
