@@ -14,9 +14,9 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
-	@# gpuhost's runtime dependencies as wheels: the pipx test installs from them offline
-	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > $(VENV)/runtime-deps.txt
-	$(BIN)/pip wheel -q --disable-pip-version-check -w $(VENV)/wheelhouse -r $(VENV)/runtime-deps.txt
+	@# everything it installed, as wheels: the pipx and README tests install from them offline
+	$(BIN)/python -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*d['dependencies'], *d['optional-dependencies']['test'], sep='\n')" > $(VENV)/deps.txt
+	$(BIN)/pip wheel -q --disable-pip-version-check -w $(VENV)/wheelhouse -r $(VENV)/deps.txt
 	touch $@
 
 install: $(BIN)/.installed
