@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--markdown", action="store_true", help="print docs/controls.md")
     ctl.add_argument("--json", action="store_true",
                      help="the catalog as JSON: ID, title, role, fixable, reboot, rationale, references")
-    ctl.add_argument("--variables", action="store_true",
-                     help="print the roles' variables table, made from roles/common/meta/argument_specs.yml")
+    ctl.add_argument("--variables", nargs="?", const="common", metavar="ROLE",
+                     help="print a role's variables table (default common), made from its meta/argument_specs.yml")
     lab = sub.add_parser("lab", help="simulated GPU hosts from host specs, over real SSH")
     lsub = lab.add_subparsers(dest="lab_command", required=True, parser_class=_Parser)
     lup = lsub.add_parser("up", help="bring up one host per spec; prints the inventory path")
@@ -134,13 +134,52 @@ def _seconds(text: str) -> int:
     return value
 
 
-def role_variables_markdown() -> str:
-    """The roles' variables as a table, from the one place they are declared."""
+# the variables each control role acts on, besides the ones every role reads (its controls
+# are judged by common, which takes them all); their definitions are common's
+ROLE_VARIABLES = {"cpu": ["gpuhost_cstate_max_latency_us"], "numa": [], "pcie": ["gpuhost_pcie_mrrs_devices"],
+                  "iommu": [], "kernel": ["gpuhost_kernel_min_version"], "nvidia": ["gpuhost_nvidia_min_driver"],
+                  "lxc": ["gpuhost_lxc_restart", "gpuhost_container_host"], "storage": []}
+EVERY_ROLE_VARIABLES = ["gpuhost_controls", "gpuhost_controls_skip", "gpuhost_waivers", "gpuhost_reboot_ok",
+                        "gpuhost_apply"]
+
+
+def role_argument_specs(role: str) -> dict:
+    """A control role's argument_specs: its variables, defined as common's are (the one source)."""
+    import yaml
+
+    from . import COLLECTION
+    from .controls import CATALOG
+
+    common = yaml.safe_load((COLLECTION / "roles/common/meta/argument_specs.yml").read_text())
+    options = common["argument_specs"]["main"]["options"]
+    ids = [c.id for c in CATALOG if c.role == role]
+    return {"argument_specs": {"main": {
+        "short_description": f"Fix gpuhost's {', '.join(ids)} where the audit found drift.",
+        "description": [f"Judges the host first (gpuhost.stack.common) unless gpuhost_findings is already there, "
+                        f"then fixes {', '.join(ids)}; gpuhost_reboot_required says whether a fix waits for a boot."],
+        "options": {name: options[name] for name in [*ROLE_VARIABLES[role], *EVERY_ROLE_VARIABLES]}}}}
+
+
+def role_argument_specs_yaml(role: str) -> str:
+    """roles/<role>/meta/argument_specs.yml as it must read (sequences indented, as yamllint wants)."""
+    import yaml
+
+    class Indented(yaml.SafeDumper):
+        def increase_indent(self, flow=False, indentless=False):
+            return super().increase_indent(flow, False)
+
+    return ("---\n# Made from roles/common/meta/argument_specs.yml (the one definition of each variable) by\n"
+            "# gpuhost.cli.role_argument_specs; a test keeps the two the same.\n"
+            + yaml.dump(role_argument_specs(role), Dumper=Indented, sort_keys=False, width=110))
+
+
+def role_variables_markdown(role: str = "common") -> str:
+    """A role's variables as a table, from its meta/argument_specs.yml."""
     import yaml
 
     from . import COLLECTION
 
-    spec = yaml.safe_load((COLLECTION / "roles/common/meta/argument_specs.yml").read_text())
+    spec = yaml.safe_load((COLLECTION / f"roles/{role}/meta/argument_specs.yml").read_text())
     rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
     for name, o in spec["argument_specs"]["main"]["options"].items():
         kind = o["type"] + (f"[{o['elements']}]" if o.get("elements") else "")
@@ -202,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "controls":
             from . import controls
             if args.variables:
-                print(role_variables_markdown(), end="")
+                if args.variables != "common" and args.variables not in ROLE_VARIABLES:
+                    raise UsageError(f"--variables: no role {args.variables!r} (roles: common, {', '.join(ROLE_VARIABLES)})")
+                print(role_variables_markdown(args.variables), end="")
             elif args.markdown:
                 print(controls.markdown(), end="")
             elif args.json:

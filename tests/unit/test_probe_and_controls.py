@@ -10,6 +10,7 @@ import yaml
 from conftest import ROOT, SEED_HOST, SPECS
 import scenarios
 from gpuhost import controls, lxcconf
+from gpuhost.controls import CATALOG
 from gpuhost.lab import configspace
 from gpuhost.lab.machine import Machine
 from gpuhost.lab.spec import load_spec
@@ -132,6 +133,18 @@ def test_the_inventory_check_covers_every_variable_the_role_declares():
     declared = set(specs["argument_specs"]["main"]["options"])
     # gpuhost_apply is documented but set by gpuhost itself (the CLI's audit, audit.yml)
     assert declared == set(CHECKED_VARS) | {"gpuhost_apply"}
+
+
+@pytest.mark.parametrize("role", ["cpu", "numa", "pcie", "iommu", "kernel", "nvidia", "lxc", "storage"])
+def test_each_control_role_declares_its_variables_as_common_defines_them_and_documents_them(role):
+    from gpuhost.cli import role_argument_specs_yaml, role_variables_markdown
+
+    assert (ROOT / f"roles/{role}/meta/argument_specs.yml").read_text() == role_argument_specs_yaml(role), \
+        f"roles/{role}/meta/argument_specs.yml is stale: remake it with gpuhost.cli.role_argument_specs_yaml"
+    readme = (ROOT / f"roles/{role}/README.md").read_text()
+    assert role_variables_markdown(role) in readme, f"roles/{role}/README.md is stale: gpuhost controls --variables {role}"
+    for c in CATALOG:
+        assert (f"`{c.id}`" in readme) == (c.role == role), c.id
 
 
 def test_the_roles_readme_documents_exactly_its_argument_specs():
