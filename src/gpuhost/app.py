@@ -16,6 +16,7 @@ from rich.table import Table
 from . import report as rep
 from . import htmlreport, junit, terminal
 from .controls import BY_ID
+from .plan import changes as plan_changes
 from .inventory import InventoryError, load_and_check
 from .runner import CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
 
@@ -351,10 +352,11 @@ class App:
                                               " on the reachable hosts"))
             return
         for host, findings in plan.items():
-            self.err.print(f"[bold]{host}[/]: will change")
+            self.err.print(f"[bold]{host}[/]: will change", highlight=False)
             for f in findings:
-                flag = " (reboot needed)" if f.get("reboot_required") else ""
-                self.err.print(f"  {f['control']}: {f['message']}{flag}")
+                self.err.print(f"  {f['control']}: {f['message']}", highlight=False)
+                for line in plan_changes(f):
+                    self.err.print(f"    - {line}", highlight=False, markup=False)
 
     def confirm(self, plan: dict) -> bool:
         if self.o.yes:
