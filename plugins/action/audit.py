@@ -113,8 +113,11 @@ class ActionModule(ActionBase):
             settings = settings_from(values, task_vars.get("ansible_run_tags"))
             if report is None:
                 # derived here, not templated in the task's arguments: each worker is a fresh
-                # fork that would compile that template again, some 8 ms of controller CPU a host
-                report = not boolean(values.get("gpuhost_apply", True), strict=False)
+                # fork that would compile that template again, some 8 ms of controller CPU a host.
+                # gpuhost_report_stats false: the caller (gpuhost's CLI) reads the task's own
+                # result, so the findings do not travel through the stats a second time
+                report = (not boolean(values.get("gpuhost_apply", True), strict=False)
+                          and boolean(values.get("gpuhost_report_stats", True), strict=False))
         probed = self._execute_module(module_name="gpuhost.stack.facts", module_args={}, task_vars=task_vars)
         if probed.get("failed") or probed.get("unreachable"):
             return {**result, **probed}

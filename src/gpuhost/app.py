@@ -18,7 +18,7 @@ from . import htmlreport, junit, terminal
 from .controls import BY_ID
 from .plan import changes as plan_changes
 from .inventory import InventoryError, load_and_check
-from .runner import CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
+from .runner import AUDIT_TASK, CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
 
 
 class BadInput(ValueError):
@@ -84,9 +84,10 @@ class Progress:
 
     REPORT_TASK = "Report the findings"
 
-    def __init__(self, console: Console, title: str):
+    def __init__(self, console: Console, title: str, done_task: str = REPORT_TASK):
         self.console = console
         self.title = title
+        self.done_task = done_task          # the task whose result is a host's report
         self.hosts: dict[str, str] = {}
         self.live: Live | None = None
 
@@ -123,7 +124,7 @@ class Progress:
             line = self.hosts[host]
         elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
             line = f"changed: {task}"
-        elif kind == "runner_on_ok" and (task == self.REPORT_TASK or (data.get("res") or {}).get("ansible_stats")):
+        elif kind == "runner_on_ok" and (task == self.done_task or (data.get("res") or {}).get("ansible_stats")):
             self.hosts[host] = "done"
             line = "done"
         if self.live:
@@ -180,7 +181,11 @@ class App:
              playbook: str = "audit.yml") -> RunResult:
         """Run one of gpuhost's playbooks: audit.yml (read and judge, one task per host),
         site.yml (with check, every fix previewed; without, applied) or reboot.yml."""
-        with Progress(self.err, title) as progress:
+        audit = playbook == "audit.yml"
+        if audit:
+            # the audit task's own results are the reports: no second copy through the stats
+            extra = {"gpuhost_report_stats": False, **(extra or {})}
+        with Progress(self.err, title, done_task=AUDIT_TASK if audit else Progress.REPORT_TASK) as progress:
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,

@@ -30,6 +30,7 @@ from .ansiblecfg import merged_config
 PROJECT = COLLECTION
 PLAYBOOKS = PROJECT / "playbooks"
 CHECK_TASK = "Check the inventory"
+AUDIT_TASK = "Read and judge the host"      # the audit action's task in the roles' common
 LOCK_TASK = "Wait for and take the host's lock"
 LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
@@ -90,6 +91,8 @@ class PlaybookRun:
         ident = uuid.uuid4().hex[:12]
         result = RunResult(status="failed", rc=-1)
         seen_hosts: list[str] = []
+        # audit.yml: each host's report is its audit task's result (site.yml's come through the stats)
+        audit, judged = self.playbook == "audit.yml", {}
 
         def handler(event: dict) -> bool:
             data = event.get("event_data") or {}
@@ -122,6 +125,10 @@ class PlaybookRun:
                     result.control_failed.setdefault(host, {}).setdefault(cid, why)
                 else:
                     result.failed.setdefault(host, why)
+            elif kind == "runner_on_ok" and host and audit and data.get("task") == AUDIT_TASK:
+                facts = (data.get("res") or {}).get("ansible_facts") or {}
+                judged[host] = {"changed": [], "failed": {}, "findings": facts.get("gpuhost_findings") or {},
+                                "facts": facts.get("gpuhost_summary") or {}}
             elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
                 self._keep_diffs(result, host, str(data.get("task") or ""), data["res"])
                 cid = control_of(str(data.get("task") or ""))
@@ -168,4 +175,6 @@ class PlaybookRun:
         finally:
             shutil.rmtree(private, ignore_errors=True)
         result.hosts = seen_hosts
+        for host, report in judged.items():
+            result.reports.setdefault(host, report)
         return result
