@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from . import report as rep
-from . import htmlreport, junit, terminal
+from . import junit, terminal
 from .controls import BY_ID
 from .plan import changes as plan_changes
 from .inventory import InventoryError, load_and_check
@@ -240,6 +240,7 @@ class App:
         if self.o.junit:
             junit.write(report, self.o.junit)
         if self.o.html:
+            from . import htmlreport    # jinja2 only when asked for
             htmlreport.write(report, self.o.html)
         if self.o.prom:
             from . import metrics       # prometheus_client only when asked for

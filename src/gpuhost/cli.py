@@ -6,8 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-import shtab
-
 from . import __version__
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -22,11 +20,21 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+class _PrintCompletion(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        import shtab
+
+        print(shtab.complete(parser, shell=values))
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpuhost", description="Audit and repair the system stack under GPU inference servers.")
     p.add_argument("--version", action="version", version=f"gpuhost {__version__}")
-    # shell completion made from this parser: gpuhost --print-completion bash > /etc/bash_completion.d/gpuhost
-    shtab.add_argument_to(p, ["--print-completion"], help="print a shell completion script (bash, zsh, tcsh)")
+    # shell completion made from this parser (shtab, imported only then):
+    # gpuhost --print-completion bash > /etc/bash_completion.d/gpuhost
+    p.add_argument("--print-completion", choices=["bash", "zsh", "tcsh"], metavar="SHELL",
+                   action=_PrintCompletion, help="print a shell completion script (bash, zsh, tcsh)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(sp, reports=True):

@@ -67,6 +67,9 @@ def test_audit_preview_shows_the_fix_in_check_mode_and_still_writes_nothing(seed
     assert "+kernel.numa_balancing = 0" in run.stdout
     assert "would install proxmox-kernel-6.14 proxmox-headers-6.14" in run.stdout
     assert "iommu=pt" in "".join(l for l in run.stdout.splitlines() if l.startswith("+"))
+    # runtime values and PCI registers, before -> after (the seed's MaxReadReq 512 -> 4096)
+    assert "-/proc/sys/kernel/numa_balancing: 1\n+/proc/sys/kernel/numa_balancing: 0" in run.stdout
+    assert "-0000:01:00.0 CAP_EXP+8.w: 283f" in run.stdout and "+0000:01:00.0 CAP_EXP+8.w: 583f" in run.stdout
 
 
 def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
