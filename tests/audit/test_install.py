@@ -33,11 +33,14 @@ def audit_from_elsewhere(gpuhost: Path, inventory: Path, tmp_path: Path) -> None
     """`gpuhost audit` of the seed host, run from a directory that is not the checkout."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    run = subprocess.run([str(gpuhost), "audit", "-i", str(inventory), "--limit", "pve-gpu1", "--json", "r.json"],
+    run = subprocess.run([str(gpuhost), "audit", "-i", str(inventory), "--limit", "pve-gpu1", "--json", "r.json",
+                          "--html", "r.html", "--prom", "r.prom"],
                          capture_output=True, text=True, cwd=elsewhere, timeout=300, stdin=subprocess.DEVNULL)
     assert run.returncode == 2, run.stderr[-2000:]
     report = json.loads((elsewhere / "r.json").read_text())
     assert {f["control"]: f["status"] for f in report["hosts"]["pve-gpu1"]["findings"]} == SEED_EXPECTED
+    assert "pcie.mrrs" in (elsewhere / "r.html").read_text(), "the HTML template travels in the wheel"
+    assert "gpuhost_control_status" in (elsewhere / "r.prom").read_text()
 
 
 def test_the_wheel_installs_into_a_clean_venv_and_audits_from_another_directory(seed_lab, wheel, tmp_path):
