@@ -1,5 +1,5 @@
-"""gpuhost.stack's filters: the inventory check, the controls `--tags` selects, and the
-lines a failed or interrupted fix leaves (the judgement itself is the action gpuhost.stack.audit).
+"""gpuhost.stack's filters: the inventory check, and the lines a failed or interrupted fix
+leaves (the judgement itself is the action gpuhost.stack.audit).
 
 The logic is the collection's module_utils, which the gpuhost CLI imports too: the CLI,
 the roles and the tests judge a host the same way, and a controller with only
@@ -11,7 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import plain
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
-    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, controls_for_tags)
+    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars)
 
 
 def _value(hostvars, name, host):
@@ -47,11 +47,6 @@ def gpuhost_failure(result):
     return describe(plain(result) if isinstance(result, dict) else {"msg": str(result)})
 
 
-def gpuhost_control_tags(run_tags):
-    """The controls `--tags` selects (a control ID, or a role's tag: pcie for pcie.*)."""
-    return controls_for_tags(run_tags)
-
-
 def gpuhost_stopped(path):
     """Whether the gpuhost run was interrupted: its CLI creates this file on SIGINT/SIGTERM,
     and each control's fix checks it before it starts (the change in flight finishes)."""
@@ -62,4 +57,4 @@ def gpuhost_stopped(path):
 class FilterModule:
     def filters(self):
         return {"check_inventory": gpuhost_check_inventory,
-                "stopped": gpuhost_stopped, "failure": gpuhost_failure, "control_tags": gpuhost_control_tags}
+                "stopped": gpuhost_stopped, "failure": gpuhost_failure}

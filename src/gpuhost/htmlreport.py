@@ -27,19 +27,8 @@ def facts_line(h: dict) -> str:
 
 def context(report: dict) -> dict:
     hosts = report["hosts"]
-    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
-    summary = []
-    for cid in controls:
-        counts = dict.fromkeys(COUNTED, 0)
-        failing = []
-        for name, h in hosts.items():
-            for f in h["findings"]:
-                if f["control"] == cid:
-                    counts[f["status"]] = counts.get(f["status"], 0) + 1
-                    if f["status"] in rep.SEVERITY and f["status"] != "waived":
-                        failing.append(name)
-        summary.append({"id": cid, "title": next(c.title for c in CATALOG if c.id == cid), "counts": counts,
-                        "failing": failing})
+    summary = rep.control_summary(report)
+    controls = [r["id"] for r in summary]
     view = {}
     for name, h in hosts.items():
         counts: dict[str, int] = {}

@@ -105,6 +105,23 @@ def problems(report: dict) -> list[dict]:
     return out
 
 
+def control_summary(report: dict) -> list[dict]:
+    """One row per control that has findings, in catalog order: how many hosts are in each
+    status, and which hosts fail it (waived is accepted, not failing)."""
+    hosts = report["hosts"]
+    rows = {c.id: {"id": c.id, "title": c.title, "counts": dict.fromkeys(STATUSES, 0), "failing": []}
+            for c in CATALOG}
+    for name, h in hosts.items():
+        for f in h["findings"]:
+            row = rows.get(f["control"])
+            if row is None:
+                continue
+            row["counts"][f["status"]] = row["counts"].get(f["status"], 0) + 1
+            if f["status"] in SEVERITY and f["status"] != "waived":
+                row["failing"].append(name)
+    return [r for r in rows.values() if any(r["counts"].values())]
+
+
 def exit_code(report: dict) -> int:
     hosts = report["hosts"].values()
     if any(not h["reachable"] or h.get("error") for h in hosts):

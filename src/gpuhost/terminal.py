@@ -85,18 +85,8 @@ def names_that_fit(names: list[str], room: int) -> str:
 
 def fleet(report: dict, controls: list[str], width: int) -> list[Text]:
     """A row per control: how many hosts are in each status, and which hosts fail."""
-    hosts = report["hosts"]
+    rows = {r["id"]: r for r in rep.control_summary(report)}
     first = max([len("control")] + [len(c) for c in controls])
-    counts = {cid: {s: 0 for s, _ in COUNTED} for cid in controls}
-    failing: dict[str, list[str]] = {cid: [] for cid in controls}
-    for name, h in hosts.items():
-        for f in h["findings"]:
-            if f["control"] not in counts:
-                continue
-            if f["status"] in counts[f["control"]]:
-                counts[f["control"]][f["status"]] += 1
-            if f["status"] in SEVERITY:
-                failing[f["control"]].append(name)
     cols = [len(label) + 1 for _, label in COUNTED]
     head = Text("control".ljust(first), style="bold")
     for (_, label), col in zip(COUNTED, cols):
@@ -108,15 +98,16 @@ def fleet(report: dict, controls: list[str], width: int) -> list[Text]:
     lines = [head]
     for cid in controls:
         line = Text(cid.ljust(first))
+        row = rows.get(cid) or {"counts": {}, "failing": []}
         for (status, _), col in zip(COUNTED, cols):
-            n = counts[cid][status]
+            n = row["counts"].get(status, 0)
             line.append(str(n).rjust(col) if n else "·".rjust(col), style=STYLES[status] if n else "dim")
-        if failing[cid]:
+        if row["failing"]:
             if inline:
-                line.append(" " * GAP).append(names_that_fit(failing[cid], room))
+                line.append(" " * GAP).append(names_that_fit(row["failing"], room))
             else:
                 lines.append(line)
-                line = Text("  " + names_that_fit(failing[cid], width - 2), style="dim")
+                line = Text("  " + names_that_fit(row["failing"], width - 2), style="dim")
         lines.append(line)
     return lines
 
@@ -158,7 +149,7 @@ def summary_line(report: dict) -> Text:
 def render(report: dict, console) -> None:
     width = max(40, console.width)
     hosts = report["hosts"]
-    controls = [c.id for c in CATALOG if any(f["control"] == c.id for h in hosts.values() for f in h["findings"])]
+    controls = [r["id"] for r in rep.control_summary(report)]
     if not controls and any(host_failed(h) for h in hosts.values()):
         controls = [c.id for c in CATALOG]
     body = matrix(report, controls, width) or fleet(report, controls, width)
