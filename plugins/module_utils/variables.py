@@ -11,7 +11,7 @@ import datetime as _dt
 import difflib
 import re
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID, CATALOG
 
 BAD_INPUT_MARK = "gpuhost bad input: "
 
@@ -126,8 +126,6 @@ def check_vars(host: str, hv: dict) -> None:
 def controls_for_tags(run_tags) -> list:
     """The controls `--tags` selects (a control ID, or a role's tag: pcie for pcie.*), so the
     judgement covers what the run fixes; no control tag (all, always): every control."""
-    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
-
     tags = {str(t) for t in run_tags or []}
     return [c.id for c in CATALOG if c.id in tags or c.role in tags]
 

@@ -31,13 +31,12 @@ def context(report: dict) -> dict:
     controls = [r["id"] for r in summary]
     view = {}
     for name, h in hosts.items():
-        counts: dict[str, int] = {}
-        for f in h["findings"]:
-            counts[f["status"]] = counts.get(f["status"], 0) + 1
-        if rep.host_failed(h):
-            counts["unreachable" if not h["reachable"] else "error"] = counts.get("error", 0) + 1
+        counts = dict(rep.status_counts(h))
+        if rep.host_failed(h):      # the host itself: it could not be read, or its fix stopped
+            key = "unreachable" if not h["reachable"] else "error"
+            counts[key] = counts.get(key, 0) + 1
         view[name] = {**h, "gpus": h.get("gpus") or [], "error": h.get("error"), "facts_line": facts_line(h),
-                      "counts": [(s, counts[s]) for s in (*STATUSES, "unreachable") if counts.get(s)],
+                      "counts": [(s, counts[s]) for s in (*STATUSES, "unreachable") if s in counts],
                       "statuses": sorted(counts)}
     s = report["summary"]
     problems = rep.problems(report)

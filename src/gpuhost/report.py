@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections import Counter
 from pathlib import Path
 
 from .controls import BY_ID, CATALOG, FAILING, STATUSES
@@ -58,6 +59,12 @@ def build(mode: str, started: str, hosts: dict[str, dict], before: dict[str, dic
 
 def host_failed(h: dict) -> bool:
     return not h.get("reachable", True) or bool(h.get("error"))
+
+
+def status_counts(h: dict) -> list[tuple[str, int]]:
+    """A host's findings by status, in STATUSES order, only the statuses it has."""
+    counts = Counter(f["status"] for f in h["findings"])
+    return [(s, counts[s]) for s in STATUSES if counts[s]]
 
 
 def remedy(f: dict) -> str:

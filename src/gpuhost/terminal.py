@@ -22,10 +22,13 @@ COUNTED = (("pass", "pass"), ("drift", "drift"), ("manual", "manual"), ("pending
 GAP = 2
 
 
-def cell(f: dict | None, h: dict) -> Text:
-    """One host's state of one control: its status (before -> after in a fix), ✎ if changed."""
+def cell(f: dict | None, judged: bool) -> Text:
+    """One host's state of one control: its status (before -> after in a fix), ✎ if changed.
+    A control with no finding is "-", or "·" on a host that was not judged (unreachable from
+    the start: not "failed" in every cell; the problem lines below say why). A host that
+    failed during a fix keeps the audit's findings, its changes marked ✎."""
     if f is None:
-        return Text("-", style="dim")
+        return Text("-" if judged else "·", style="dim")
     t = Text()
     was = f.get("before")
     if was and was != f["status"]:
@@ -36,22 +39,11 @@ def cell(f: dict | None, h: dict) -> Text:
     return t
 
 
-def failed_cell(cid: str, h: dict) -> Text:
-    """A host with no findings (unreachable from the start): not "failed" in every cell. A
-    host that failed during a fix keeps the audit's findings, its changes marked ✎."""
-    return Text("·", style="dim")           # not judged: the problem lines below say why
-
-
 def matrix(report: dict, controls: list[str], width: int) -> list[Text] | None:
     """Controls as rows, hosts as columns; None when that does not fit *width*."""
     hosts = report["hosts"]
-    rows = []
-    for cid in controls:
-        cells = []
-        for h in hosts.values():
-            by = {f["control"]: f for f in h["findings"]}
-            cells.append(failed_cell(cid, h) if host_failed(h) and cid not in by else cell(by.get(cid), h))
-        rows.append(cells)
+    found = [({f["control"]: f for f in h["findings"]}, not host_failed(h)) for h in hosts.values()]
+    rows = [[cell(by.get(cid), judged) for by, judged in found] for cid in controls]
     first = max([len("control")] + [len(c) for c in controls])
     widths = [max([len(name)] + [r[i].cell_len for r in rows]) for i, name in enumerate(hosts)]
     if first + sum(w + GAP for w in widths) > width:
@@ -172,11 +164,7 @@ def oneline(report: dict, console) -> None:
             console.print(Text(f"{name}: ERROR {why}"), soft_wrap=True, highlight=False)
             continue
         bad = [f for f in h["findings"] if f["status"] in SEVERITY and f["status"] != "waived"]
-        counts = {}
-        for f in h["findings"]:
-            counts[f["status"]] = counts.get(f["status"], 0) + 1
-        tally = ", ".join(f"{counts[s]} {s}" for s in ("pass", "drift", "manual", "pending_reboot", "error",
-                                                          "na", "waived") if counts.get(s))
+        tally = ", ".join(f"{n} {s}" for s, n in rep.status_counts(h))
         word = "ERROR" if any(f["status"] == "error" for f in bad) else ("FAIL" if bad else "OK")
         failing = " ".join(f"{f['control']}={f['status']}" for f in bad)
         console.print(Text(f"{name}: {word} {tally}" + (f": {failing}" if failing else "")),
