@@ -6,6 +6,8 @@ VENV ?= .venv
 PYTHON ?= /usr/bin/python3
 BIN := $(VENV)/bin
 SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo chromium-headless-shell
+# without their recommends: grub-common's os-prober would probe this machine's disks
+BARE_PACKAGES := grub-common grub2-common
 PYTEST_ARGS ?=
 
 .PHONY: audit test install system-deps lab-demo bench clean
@@ -21,7 +23,8 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-# The lab needs sshd, the real lspci/setpci and FUSE; the HTML report's test a real browser. Installing openssh-server must not
+# The lab needs sshd, the real lspci/setpci, FUSE and the real grub-mkconfig (grub-common; grub2-common's update-grub;
+# no recommends: os-prober would probe this machine's disks); the HTML report's test a real browser. Installing openssh-server must not
 # start the machine's own sshd on 0.0.0.0:22, so service starts are refused meanwhile.
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -30,7 +33,12 @@ system-deps:
 	  policy=/usr/sbin/policy-rc.d; ours=; \
 	  if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' > $$policy; chmod +x $$policy; ours=1; fi; \
 	  (apt-get install -y -qq $$missing || (apt-get update -qq && apt-get install -y -qq $$missing)) >/dev/null; rc=$$?; \
-	  [ -n "$$ours" ] && rm -f $$policy; exit $$rc; \
+	  [ -n "$$ours" ] && rm -f $$policy; [ $$rc -eq 0 ] || exit $$rc; \
+	fi
+	@missing=$$(for p in $(BARE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  (apt-get install -y -qq --no-install-recommends $$missing || (apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing)) >/dev/null; \
 	fi
 
 # exit 2 means "findings": the audit worked; make fails only on bad input (1) or errors (3)

@@ -126,4 +126,7 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
                 os.symlink(value[3:], target)
         else:
             target.write_bytes(value if isinstance(value, bytes) else value.encode())
+    for path, _major, _minor in machine.dev_nodes():      # the lab's init makes them as char nodes
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(b"")
     return Rendered(root, spec, machine, SmiStub(machine, r470))

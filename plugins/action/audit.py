@@ -55,10 +55,13 @@ ansible_facts:
   type: dict
 """
 
+import datetime
+
 from ansible.module_utils.parsing.convert_bool import boolean
+
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain, reboot_record
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
     BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, settings_from)
 
@@ -130,6 +133,10 @@ class ActionModule(ActionBase):
         summary = report_facts(facts)
         result.update(changed=False,
                       ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
+                                     # what a reboot now would be for, written on the host before it
+                                     "gpuhost_reboot_record": reboot_record(
+                                         findings, (facts.get("boot") or {}).get("boot_id"),
+                                         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")),
                                      "gpuhost_summary": summary, **({"gpuhost": facts} if args.get("facts") else {})})
         if report:
             host = task_vars.get("inventory_hostname")

@@ -9,6 +9,7 @@ audit is the same play in check mode, so the judgement exists once, here.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -102,14 +103,49 @@ def at_least(version: str | None, minimum: str) -> bool:
     return have[: len(want)] >= want if have else False
 
 
+def kernel_args(cmdline: str) -> list[tuple[str, str | None]]:
+    """The words of a kernel command line as the kernel splits them (kernel/params.c
+    next_arg): whitespace outside double quotes separates; a double quote toggles quoting
+    and is dropped where it opens the word or the value and where it ends it; a backslash
+    is an ordinary character (systemd-boot's initrd=\\EFI\\... keeps it); an unclosed quote
+    runs to the end of the line. Never raises: a line is what the kernel got."""
+    out: list[tuple[str, str | None]] = []
+    i, n = 0, len(cmdline)
+    while i < n:
+        while i < n and cmdline[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        quoted = cmdline[i] == '"'
+        if quoted:
+            i += 1
+        start, in_quote, equals = i, quoted, -1
+        while i < n and (in_quote or not cmdline[i].isspace()):
+            if equals < 0 and cmdline[i] == "=":
+                equals = i
+            if cmdline[i] == '"':
+                in_quote = not in_quote
+            i += 1
+        word = cmdline[start:i]
+        if equals < 0:
+            name, value = (word[:-1] if quoted and word.endswith('"') else word), None
+        else:
+            name, value = cmdline[start:equals], cmdline[equals + 1:i]
+            if value.startswith('"'):
+                value = value[1:]
+                if value.endswith('"'):
+                    value = value[:-1]
+            elif quoted and value.endswith('"'):
+                value = value[:-1]
+        out.append((name, value))
+    return out
+
+
 def params(cmdline: str | None) -> dict[str, str] | None:
+    """Kernel parameters as name -> value ('' for a flag); the last one given wins."""
     if cmdline is None:
         return None
-    out: dict[str, str] = {}
-    for word in shlex.split(cmdline):
-        name, _, value = word.partition("=")
-        out[name] = value
-    return out
+    return {name: value or "" for name, value in kernel_args(cmdline)}
 
 
 def _comparable(p: dict[str, str]) -> dict[str, str]:
@@ -217,6 +253,10 @@ class Host:
 
 # ---- the controls --------------------------------------------------------------------------
 SERVER_PROFILES = (4, 5, 7)            # ACPI FADT preferred PM profile: enterprise/SOHO/performance server
+NR_PM_PROFILES = 9                     # include/acpi/actbl.h: profiles 0..8; above counts as undefined
+# "cpufreq: amd-pstate: enable shared memory type CPPC by default": until then a CPU without
+# the MSR interface got amd_pstate only from a parameter (knowledge.md, CPU frequency)
+SHARED_MEMORY_DEFAULT_FROM = "6.11"
 PSTATE_MODES = {"1": "disable", "2": "passive", "3": "active", "4": "guided"}   # CONFIG_X86_AMD_PSTATE_DEFAULT_MODE
 
 
@@ -239,9 +279,13 @@ def amd_pstate_mode_at_boot(release: str | None, param: str | None, cpu: dict, c
         return "guided" if at_least(release, "6.4") else None
     if not at_least(release, "6.5"):
         return None
-    profile = cpu.get("pm_profile")
-    if profile == 0:
+    if not cpu.get("cppc_msr") and not at_least(release, SHARED_MEMORY_DEFAULT_FROM):
+        # shared-memory CPPC (no cpuinfo `cppc`: Rome, Milan, Threadripper, Ryzen 3000/5000)
+        # loads by default only from SHARED_MEMORY_DEFAULT_FROM; before, only with amd_pstate=
         return None
+    profile = cpu.get("pm_profile")
+    if profile == 0 or (profile or 0) >= NR_PM_PROFILES:
+        return None         # amd_pstate_acpi_pm_profile_undefined
     if profile in SERVER_PROFILES and not (cpu.get("family", 0) >= 26 and at_least(release, "6.13")):
         return None
     return PSTATE_MODES.get(str(config_mode or "3"))
@@ -372,9 +416,13 @@ def cpu_governor(h: Host) -> Finding:
     boot_gov = cmdline_gov if cmdline_gov in offered else kernel_default
     profile = ((h.section("cpu") or {}).get("pm_profile"))
     if boot_gov not in offered and cf["driver"] in SETPOLICY:
-        # a setpolicy driver without the default governor starts in performance on server and
-        # undefined PM profiles (drivers/cpufreq/cpufreq.c cpufreq_init_policy; amd-pstate.c)
-        boot_gov = "performance" if profile in (0,) + SERVER_PROFILES else "powersave"
+        # a setpolicy driver without the kernel's default governor keeps the policy its init
+        # set (drivers/cpufreq/cpufreq.c cpufreq_init_policy): amd-pstate-epp performance on
+        # server and undefined PM profiles; intel_pstate always powersave ("a valid fallback
+        # value", intel_pstate_cpu_init)
+        undefined = profile == 0 or (profile or 0) >= NR_PM_PROFILES
+        boot_gov = "performance" if cf["driver"] == "amd-pstate-epp" and (undefined or profile in SERVER_PROFILES) \
+            else "powersave"
     persisted_ok = unit_ok(h.f, GOVERNOR_UNIT) or boot_gov == "performance"
     if not bad and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"all {len(cf['policies'])} policies run performance")
@@ -564,17 +612,22 @@ def kernel_minimum(h: Host) -> str | None:
     if h.s.get("kernel_min_version"):
         return str(h.s["kernel_min_version"])
     pve = (h.section("os") or {}).get("proxmox_ve")
-    if pve and vkey(pve)[:1] == (8,):
+    if pve and vkey(pve)[:1] in ((8,), (9,)):
+        # PVE 8's opt-in and PVE 9's first kernel; a PVE 9 host still booting a pinned 6.8 is behind
         return "6.14"
     return None
 
 
-FLAVOR_RE = re.compile(r"^\d+(?:\.\d+)*(?:-\d+(?:\.\d+)*)?(?:\+[a-z0-9.~]+)?-([a-z][a-z0-9-]*)$")
+# <version>[-<abi>][+<debian tag>][-bpo<N>]-<flavour>: PVE 8's opt-in kernels are backports
+# named 6.14.8-2-bpo12-pve (pve-kernel's bookworm backports), Debian's 6.12.12+bpo-amd64;
+# a backport tag is not part of the flavour.
+FLAVOR_RE = re.compile(r"^\d+(?:\.\d+)*(?:-\d+(?:\.\d+)*)?(?:\+[a-z0-9.~]+)?(?:-bpo\d+)?-([a-z][a-z0-9-]*)$")
 
 
 def kernel_flavor(release: str | None) -> str | None:
     """The flavour a release was built as (Debian -amd64, -cloud-amd64, -rt-amd64; Ubuntu
-    -generic, -aws, -lowlatency; Proxmox -pve): the new kernel must be the same one."""
+    -generic, -aws, -lowlatency; Proxmox -pve, also for its -bpo12-pve backports): the new
+    kernel must be the same one."""
     m = FLAVOR_RE.match(release or "")
     return m.group(1) if m else None
 
@@ -599,7 +652,7 @@ def kernel_version(h: Host) -> Finding:
     minimum = kernel_minimum(h)
     running = h.boot.get("running_kernel")
     if minimum is None:
-        return na(cid, "no minimum kernel set (gpuhost_kernel_min_version) and not Proxmox VE 8")
+        return na(cid, "no minimum kernel set (gpuhost_kernel_min_version) and not Proxmox VE 8 or 9")
     if not KERNEL_SERIES.match(minimum):
         # the CLI's inventory check refuses it first; a playbook that skips the check still
         # never hands it to apt or a shell
@@ -612,26 +665,92 @@ def kernel_version(h: Host) -> Finding:
     flavor = kernel_flavor(running)
     candidates = [k for k in h.boot.get("installed_kernels") or [] if at_least(k, minimum) and kernel_flavor(k) == flavor]
     unbuilt = [k for k in candidates if module_missing_for(h, k)]
+    pin = pin_fix(h, running)
+    if default and default != running and module_missing_for(h, default):
+        # never left as any boot loader's default: whoever reboots next would lose the GPUs
+        if pin is None:
+            return Finding(cid, "manual", running, f">= {minimum}",
+                           f"{default} boots next but the NVIDIA driver is not built for it (no nvidia.ko in "
+                           f"/lib/modules/{default}), and gpuhost cannot pin {running} here (no GRUB entry id for it): "
+                           "make the running kernel the boot loader's default, then install a driver that supports "
+                           f"{default}")
+        return Finding(cid, "drift", running, f">= {minimum}",
+                       f"{default} boots next but the NVIDIA driver is not built for it (no nvidia.ko in "
+                       f"/lib/modules/{default}): pin the running kernel {running}, which has it", fix={"pin": pin})
     if unbuilt:
         return Finding(cid, "manual", running, f">= {minimum}",
                        f"{unbuilt[-1]} is installed but the NVIDIA driver did not build for it (no nvidia.ko in "
-                       f"/lib/modules/{unbuilt[-1]}): booting it would leave the GPUs without a driver; install a driver "
-                       "that supports it, then boot it")
+                       f"/lib/modules/{unbuilt[-1]}); {running} stays the kernel that boots"
+                       + (" (pinned)" if h.boot.get("permanent_pin") == running or pin_is_grub_default(h, running) else "")
+                       + f": install a driver that supports {unbuilt[-1]}, then boot it")
     if at_least(default, minimum):
         return Finding(cid, "pending_reboot", running, f">= {minimum}", f"{default} is installed and boots next", True)
     is_pve = bool((h.section("os") or {}).get("proxmox_ve"))
-    fix = {"series": minimum, "proxmox": is_pve, "headers": bool(h.boot.get("nvidia_dkms")), "flavor": flavor,
-           "running": running, "check_nvidia_module": drives_gpus_now(h),
-           "unpin": bool(h.boot.get("pinned_kernel")) and not at_least(h.boot.get("pinned_kernel"), minimum)}
-    if is_pve:
-        fix["packages"] = [f"proxmox-kernel-{minimum}"] + ([f"proxmox-headers-{minimum}"] if fix["headers"] else [])
-    elif flavor is None:
+    headers = bool(h.boot.get("nvidia_dkms"))
+    fix = {"series": minimum, "proxmox": is_pve, "headers": headers, "flavor": flavor, "running": running,
+           "check_nvidia_module": drives_gpus_now(h), "pin": pin,
+           # a pin of an older kernel the operator set: lifted once the new kernel proves it has the module
+           "unpin": bool(h.boot.get("permanent_pin")) and not at_least(h.boot.get("permanent_pin"), minimum)}
+    chosen = series_packages(h, minimum, flavor, headers)
+    if chosen is None:
         return Finding(cid, "manual", running, f">= {minimum}",
-                       f"cannot tell the flavour of kernel {running}: install a {minimum} kernel of the same flavour")
-    msg = f"kernel {running} is older than {minimum}; install the {minimum} series" + (f" ({flavor})" if flavor else "")
-    if fix["headers"]:
-        msg += " with its headers (the NVIDIA driver is built by dkms)"
+                       f"gpuhost knows no kernel metapackage for {running} on this distribution: install a {minimum} "
+                       "kernel series of the same flavour")
+    packages, release = chosen
+    fix["packages"] = packages
+    if release:
+        fix["default_release"] = release
+    msg = f"kernel {running} is older than {minimum}; install " + " ".join(packages)
+    if headers:
+        msg += " (with headers: the NVIDIA driver is built by dkms)"
     return Finding(cid, "drift", running, f">= {minimum}", msg, reboot_required=True, fix=fix)
+
+
+def series_packages(h: Host, series: str, flavor: str | None, headers: bool) -> tuple[list[str], str | None] | None:
+    """(the distribution's metapackages that follow a kernel series in the flavour the host
+    runs, the apt release to take them from): never one ABI-versioned image, which gets no
+    updates (and on Ubuntu comes without linux-modules-extra, most NIC and storage drivers).
+    Proxmox VE: proxmox-kernel-X.Y (+ proxmox-headers-X.Y). Debian: the backports'
+    linux-image-<flavour> (+ linux-headers-<flavour>) from <codename>-backports, where newer
+    series come from. Ubuntu: the HWE series linux-<flavour>-hwe-<release> (image, modules
+    and headers). The fix then checks that the series installed is at least the minimum."""
+    os_ = h.section("os") or {}
+    if os_.get("proxmox_ve"):
+        return [f"proxmox-kernel-{series}"] + ([f"proxmox-headers-{series}"] if headers else []), None
+    if flavor is None:
+        return None
+    if os_.get("id") == "ubuntu":
+        if flavor not in UBUNTU_HWE_FLAVORS or not os_.get("version_id"):
+            return None
+        return [f"linux-{flavor}-hwe-{os_['version_id']}"], None
+    if os_.get("id") == "debian" and os_.get("codename"):
+        return ([f"linux-image-{flavor}"] + ([f"linux-headers-{flavor}"] if headers else []),
+                f"{os_['codename']}-backports")
+    return None
+
+
+# Ubuntu's HWE metapackages exist for these flavours (linux-meta-hwe-*: linux-generic-hwe-24.04,
+# linux-lowlatency-hwe-24.04...); cloud flavours follow their own kernels
+UBUNTU_HWE_FLAVORS = ("generic", "lowlatency")
+
+
+def pin_is_grub_default(h: Host, release: str) -> bool:
+    ids = h.boot.get("grub_entries") or {}
+    return bool(release in ids and h.boot.get("grub_default") == ids[release])
+
+
+def pin_fix(h: Host, release: str | None) -> dict | None:
+    """How to make *release* the boot loader's default: proxmox-boot-tool kernel pin on
+    Proxmox VE (on hosts without ESPs it sets GRUB_DEFAULT itself and runs update-grub), a
+    GRUB_DEFAULT drop-in naming the entry by id elsewhere; None where neither can."""
+    if not release:
+        return None
+    if (h.section("os") or {}).get("proxmox_ve") or h.boot.get("loader") in ("systemd-boot", "grub-esp"):
+        return {"release": release, "tool": "proxmox-boot-tool"}
+    entry = (h.boot.get("grub_entries") or {}).get(release)
+    if h.boot.get("loader") == "grub" and entry:
+        return {"release": release, "tool": "grub", "grub_default": entry}
+    return None
 
 
 def not_applied_by_this_boot(h: Host, next_kernel: str | None, cmdline_differs: bool) -> list[str]:
@@ -671,15 +790,19 @@ def kernel_reboot_pending(h: Host) -> Finding:
     expected = {"kernel": default, "cmdline": " ".join(f"{k}={v}" if v else k for k, v in persisted.items())}
     if default and running != default and module_missing_for(h, default):
         return Finding(cid, "manual", observed, expected,
-                       f"the next boot runs {default}, for which the NVIDIA driver is not built: pin {running} "
-                       f"(proxmox-boot-tool kernel pin {running}) or fix the driver before rebooting")
+                       f"the next boot runs {default}, for which the NVIDIA driver is not built: make {running} the "
+                       "boot loader's default (kernel.version's fix pins it) or install a driver for it before rebooting")
+    once = bool(h.boot.get("boot_once"))
     why = []
     if default and running != default:
-        why.append(f"the next boot runs {default}")
+        why.append(f"the next boot runs {default}" + (" once (a one-time boot: grub-reboot or kernel pin --next-boot)"
+                                                       if once else ""))
     if diffs:
         why.append("the next boot's command line differs: " + " ".join(diffs))
     if why:
-        stale = not_applied_by_this_boot(h, default if default and running != default else None, bool(diffs))
+        # a one-time boot of another kernel was chosen on purpose after this boot: not stale
+        stale = not_applied_by_this_boot(h, default if default and running != default and not once else None,
+                                         bool(diffs))
         if stale:
             # no fix loop: the boot that should have applied it did not
             return Finding(cid, "manual", observed, expected,
@@ -815,6 +938,28 @@ def mrrs_unit(targets: list[dict]) -> dict:
                 [f"-/usr/bin/{setpci(d, MRRS_4096)}" for d in targets])
 
 
+def dead_gpus(h: Host, devices: list[dict]) -> str | None:
+    """The functions among *devices* that do not answer (config space all ones: a GPU fallen
+    off the bus, Xid 79), named with the link state of the port above them: a dead device
+    has no register to fix."""
+    dead = [d for d in devices if d.get("dead")]
+    if not dead:
+        return None
+    parts = []
+    for d in dead:
+        up = h.path_up(d["bdf"])
+        port = up[0] if up else None
+        if port and port.get("link_sta"):
+            sta = port["link_sta"]
+            link = f"port {port['bdf']} link x{sta['width']} Gen{sta['gen']}" if sta.get("width") else \
+                f"port {port['bdf']} link down"
+        else:
+            link = f"port {port['bdf']}" if port else "no port found"
+        parts.append(f"{d['bdf']} ({link})")
+    return ("does not answer (config space reads all ones: fallen off the bus, Xid 79): " + ", ".join(parts)
+            + "; reset or reseat it, check power and the kernel log; nothing to set on a device that does not answer")
+
+
 def pcie_mrrs(h: Host) -> Finding:
     cid = "pcie.mrrs"
     extra = [b.lower() for b in (h.s.get("pcie_mrrs_devices") or [])]
@@ -827,6 +972,9 @@ def pcie_mrrs(h: Host) -> Finding:
     unreadable = [d["bdf"] for d in targets if d.get("config_error")]
     if unreadable:
         return error(cid, f"cannot read config space of {', '.join(unreadable)}: {targets[0].get('config_error')}")
+    dead = dead_gpus(h, targets)
+    if dead:
+        return error(cid, dead)
     bad = [d for d in targets if d.get("mrrs") != 4096]
     u = mrrs_unit(targets)
     observed = ", ".join(sorted({str(d.get("mrrs")) for d in targets})) + " bytes"
@@ -845,6 +993,9 @@ def pcie_link(h: Host) -> Finding:
     cid = "pcie.link"
     if not h.gpus:
         return na(cid, "no NVIDIA GPU function")
+    dead = dead_gpus(h, h.gpus)
+    if dead:
+        return error(cid, dead)
     problems, seen = [], 0
     for gpu in h.gpus:
         if gpu.get("config_error"):
@@ -1008,7 +1159,11 @@ def lxc_gpu_passthrough(h: Host) -> Finding:
             continue
         given += 1
         probs = lxcconf.problems(pt, devices)
-        if not probs:
+        blocked = lxcconf.blockers(pt, devices, nv.get("dev_nodes"))
+        if not probs and not blocked:
+            continue
+        if blocked:             # never delete an allow or add a devN: it cannot prove right
+            manual.append(f"{vmid}: " + "; ".join(blocked) + (" (" + ", ".join(probs) + ")" if probs else ""))
             continue
         if not lxcconf.repairable(pt):
             manual.append(f"{vmid}: given no /dev/nvidiaN (" + ", ".join(probs) + "); which GPUs it gets is yours to say")
@@ -1087,6 +1242,47 @@ def plain(value):
     return value
 
 
+def reboot_blocked(h: Host) -> str | None:
+    """Why no reboot may happen now, whatever control waits for one: the kernel the boot
+    loader starts next has no NVIDIA module while this host drives its GPUs with it."""
+    nxt, running = h.boot.get("default_kernel"), h.boot.get("running_kernel")
+    if nxt and nxt != running and module_missing_for(h, nxt):
+        return (f"the next boot would start {nxt}, which has no NVIDIA module (no nvidia.ko in /lib/modules/{nxt}): "
+                "a reboot would leave the GPUs without a driver")
+    return None
+
+
+def reboot_signature(finding: Finding | dict) -> str:
+    """What a pending_reboot finding waits for: the same signature after gpuhost's reboot
+    means that boot did not apply it."""
+    f = finding.as_dict() if isinstance(finding, Finding) else finding
+    return json.dumps([f.get("control"), f.get("expected"), f.get("message")], sort_keys=True, default=str)
+
+
+def reboot_record(findings: dict[str, dict], boot_id: str | None, when: str) -> dict:
+    """What gpuhost's reboot play writes on the host just before it reboots it."""
+    return {"boot_id": boot_id, "time": when,
+            "findings": {cid: reboot_signature(f) for cid, f in findings.items() if f.get("status") == "pending_reboot"}}
+
+
+def hold_reboot(h: Host, finding: Finding) -> None:
+    """Never harm a host, never loop: a pending_reboot that a reboot must not serve (the
+    next kernel has no GPU driver) or that gpuhost's last reboot already failed to clear
+    becomes manual, with the reason, so no roll-out reboots for it."""
+    blocked = reboot_blocked(h)
+    if blocked:
+        finding.status, finding.reboot_required = "manual", False
+        finding.message = f"{finding.message}; not rebooted: {blocked}"
+        return
+    last = h.boot.get("last_reboot") or {}
+    sig = (last.get("findings") or {}).get(finding.control)
+    if sig and last.get("boot_id") and last.get("boot_id") != h.boot.get("boot_id") and sig == reboot_signature(finding):
+        finding.status, finding.reboot_required = "manual", False
+        finding.message = (f"{finding.message}; gpuhost rebooted this host for this at {last.get('time', '?')} and that "
+                           "boot did not apply it: a second reboot will not help (check the boot loader, firmware and "
+                           "kernel log)")
+
+
 def evaluate(facts: dict, settings: dict) -> dict[str, dict]:
     """One finding per control, in catalog order, as plain dicts."""
     facts, settings = plain(facts), plain(settings)
@@ -1111,6 +1307,8 @@ def evaluate(facts: dict, settings: dict) -> dict[str, dict]:
                 finding = EVALUATORS[cid](h)
             except Exception as exc:  # a judgement that cannot be made is an error, never a guess
                 finding = error(cid, f"{type(exc).__name__}: {exc}")
+        if finding.status == "pending_reboot":
+            hold_reboot(h, finding)
         w = waivers.get(cid)
         if w and finding.status in FAILING + ("error",):
             if str(w.get("expires", "9999-12-31")) >= today:

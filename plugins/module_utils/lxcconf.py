@@ -19,7 +19,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-ALLOW_RE = re.compile(r"^lxc\.cgroup2\.devices\.allow\s*[:=]\s*(?:c\s+(\d+):(\*|\d+)\s+(\w+)|(a))\s*$")
+# a trailing "# comment" after the rule is allowed: the rule's own parser stops at its access
+# letters (LXC reads the line as written, and operators label majors that way)
+ALLOW_RE = re.compile(r"^lxc\.cgroup2\.devices\.allow\s*[:=]\s*(?:c\s+(\d+):(\*|\d+)\s+(\w+)|(a))\s*(?:#.*)?$")
 V1_ALLOW_RE = re.compile(r"^lxc\.cgroup\.devices\.allow\s*[:=]\s*c\s+(\d+):")
 MOUNT_RE = re.compile(r"^lxc\.mount\.entry\s*[:=]\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)")
 DEV_RE = re.compile(r"^dev(\d+)\s*:\s*(.*)$")
@@ -133,10 +135,21 @@ def major_of(node: str, majors: dict[str, int]) -> int | None:
 
 
 def required_nodes(majors: dict[str, int], style: str) -> list[str]:
-    nodes = list(CONTROL_NODES)
-    if "nvidia-caps" in majors:
-        nodes += list(CAPS_NODES) if style == "dev" else [CAPS]
-    return nodes
+    """The control nodes every GPU container needs. nvidia-caps nodes are needed only for MIG
+    (libnvidia-container mounts them only on its MIG paths): never required, never added;
+    a container that already uses them gets its caps allow checked like any mount."""
+    return list(CONTROL_NODES)
+
+
+# the driver's dynamic char majors a container's nodes may use; a module that is not loaded
+# (nvidia-uvm until something loads it) has none in /proc/devices, so its major is unknown
+DYNAMIC_MODULES = ("nvidia-uvm", "nvidia-caps")
+
+
+def unknown_modules(pt: Passthrough, majors: dict[str, int]) -> list[str]:
+    """Modules whose nodes this container uses (or needs) and that hold no major now."""
+    used = {"nvidia-uvm"} | ({"nvidia-caps"} if any(n.startswith(CAPS) for n in pt.nodes) else set())
+    return [m for m in DYNAMIC_MODULES if m in used and m not in majors]
 
 
 def _has_node(pt: Passthrough, node: str) -> bool:
@@ -147,11 +160,13 @@ def _has_node(pt: Passthrough, node: str) -> bool:
     return node in pt.nodes
 
 
-def stale(major: int, devices: dict[int, str]) -> bool:
-    """A dynamic major that no driver holds now: the leftover of an earlier driver load
-    (nvidia-uvm's major changes between loads). Every major in /proc/devices is live,
-    NVIDIA's included (nvidia-caps-imex-channels, nvidia-nvlink, nvidia-nvswitch)."""
-    return major in DYNAMIC and major not in devices
+def stale(major: int, devices: dict[int, str], unknown: list[str] | tuple = ()) -> bool:
+    """A dynamic major that no driver holds now while every module the container's nodes
+    need holds its own: the leftover of an earlier driver load (nvidia-uvm's major changes
+    between loads). Every major in /proc/devices is live, NVIDIA's included
+    (nvidia-caps-imex-channels, nvidia-nvlink, nvidia-nvswitch); while a needed module is
+    not loaded (*unknown*), an absent major may be its own, and is never stale."""
+    return major in DYNAMIC and major not in devices and not unknown
 
 
 def needed_allows(pt: Passthrough, majors: dict[str, int]) -> list[int]:
@@ -169,10 +184,29 @@ def needed_allows(pt: Passthrough, majors: dict[str, int]) -> list[int]:
 def problems(pt: Passthrough, devices: dict[int, str]) -> list[str]:
     majors = nvidia_majors(devices)
     names = {v: k for k, v in majors.items()}
+    unknown = unknown_modules(pt, majors)
     out = [f"missing allow c {m}:* ({names.get(m, 'nvidia')})" for m in needed_allows(pt, majors)]
-    out += [f"stale allow c {m}:*" for m in pt.allowed if stale(m, devices)]
+    out += [f"stale allow c {m}:*" for m in pt.allowed if stale(m, devices, unknown)]
     out += [f"missing {'dev' if pt.style == 'dev' else 'mount'} /{n}" for n in required_nodes(majors, pt.style)
             if not _has_node(pt, n)]
+    return out
+
+
+def blockers(pt: Passthrough, devices: dict[int, str], dev_nodes: list[str] | None) -> list[str]:
+    """Why the repair cannot be proven right on this host now (a person or lxc.gpu_nodes
+    acts first): a module whose major is unknown, a devN: node that does not exist."""
+    majors = nvidia_majors(devices)
+    absent = [m for m in pt.allowed if m in DYNAMIC and m not in devices]
+    unsure = absent or (pt.style == "mount" and not pt.allow_all)
+    out = [f"{m} is not loaded, so its major is unknown" + (f" (the allow of {', '.join(map(str, absent))} may be its own)"
+                                                            if absent else "")
+           + ": load it at boot before the containers start (lxc.gpu_nodes)"
+           for m in unknown_modules(pt, majors) if unsure]
+    if pt.style == "dev" and dev_nodes is not None:
+        missing = [n for n in required_nodes(majors, pt.style) if not _has_node(pt, n) and "/" + n not in dev_nodes]
+        if missing:
+            out.append("no " + ", ".join("/" + n for n in missing) + " on the host: a devN: for a node that does "
+                       "not exist stops the container from starting")
     return out
 
 
@@ -189,10 +223,11 @@ def repair(text: str, devices: dict[int, str]) -> str:
     pt = inspect("", text)
     majors = nvidia_majors(devices)
     missing = needed_allows(pt, majors)
+    unknown = unknown_modules(pt, majors)
     out: list[str] = []
     for line in main:
         m = ALLOW_RE.match(line.strip())
-        if m and m.group(1) and stale(int(m.group(1)), devices):
+        if m and m.group(1) and stale(int(m.group(1)), devices, unknown):
             major = int(m.group(1))
             if missing:                        # replace it in place with a major still missing
                 line = line.replace(f"c {major}:", f"c {missing.pop(0)}:", 1)

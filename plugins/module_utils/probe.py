@@ -9,6 +9,7 @@ writes. Every section is read independently: what cannot be read is reported in
 from __future__ import absolute_import, division, print_function
 
 import glob
+import json
 import os
 import re
 import struct
@@ -91,6 +92,7 @@ class Probe:
             pve = m.group(1) if m else None
         hostname = self.read1("/proc/sys/kernel/hostname") or self.read1("/etc/hostname")
         return {"id": info.get("ID"), "version_id": info.get("VERSION_ID"), "pretty_name": info.get("PRETTY_NAME"),
+                "codename": info.get("VERSION_CODENAME"),
                 "machine": os.uname()[4],
                 "proxmox_ve": pve, "hostname": hostname}
 
@@ -175,7 +177,7 @@ class Probe:
     def probe_sysctl(self):
         """As systemd-sysctl applies them (sysctl.d(5)): *.conf in the four directories by
         file name, a name in an earlier directory shadowing the same name later, the last
-        assignment winning; Debian's /etc/sysctl.d/99-sysctl.conf links /etc/sysctl.conf."""
+        assignment winning; /etc/sysctl.conf only through Debian's 99-sysctl.conf link."""
         live = {}
         for key in WATCHED_SYSCTLS:
             live[key] = self.read1("/proc/sys/" + key.replace(".", "/"))
@@ -183,9 +185,10 @@ class Probe:
         for d in SYSCTL_DIRS:
             for path in self.glob(d + "/*.conf"):
                 files.setdefault(os.path.basename(path), path)   # /etc wins over /usr/lib
+        # systemd-sysctl never reads /etc/sysctl.conf itself (src/sysctl/sysctl.c): Debian <= 12
+        # and Ubuntu reach it through the /etc/sysctl.d/99-sysctl.conf link their systemd ships,
+        # Debian 13 (PVE 9) has no link, and then the file does nothing at boot
         ordered = [(n, files[n]) for n in sorted(files)]
-        if os.path.exists(self.p("/etc/sysctl.conf")) and "99-sysctl.conf" not in files:
-            ordered.append(("sysctl.conf", self.p("/etc/sysctl.conf")))
         persisted, sources, assignments, contents = {}, {}, [], {}
         for name, path in ordered:
             rel = self.rel(path)
@@ -214,14 +217,16 @@ class Probe:
         loader, esp_modes = self.detect_loader(cmdline)
         persisted, grub_default = None, None
         if loader == "systemd-boot":
-            persisted = " ".join((self.read("/etc/kernel/cmdline") or "").split())
+            # proxmox-boot-tool takes the file's first line only (proxmox-kernel-helper)
+            persisted = " ".join(((self.read("/etc/kernel/cmdline") or "").splitlines() or [""])[0].split())
         elif loader in ("grub", "grub-esp"):
             values, _ = self.grub_settings()
             persisted = " ".join((values.get("GRUB_CMDLINE_LINUX", "") + " "
                                   + values.get("GRUB_CMDLINE_LINUX_DEFAULT", "")).split())
             grub_default = values.get("GRUB_DEFAULT", "0")
-        pin = self.read1("/etc/kernel/next-boot-pin") or self.read1("/etc/kernel/proxmox-boot-pin")
-        default = self.next_kernel(loader, installed, pin)
+        next_pin = self.read1("/etc/kernel/next-boot-pin")
+        pin = self.read1("/etc/kernel/proxmox-boot-pin")
+        default, once = self.next_kernel(loader, installed, pin, next_pin)
         headers = [k for k in installed if os.path.isdir(self.p("/usr/src/linux-headers-" + k))
                    or os.path.isdir(self.p("/lib/modules/%s/build" % k))]
         configs = dict((k, self.kernel_config(k)) for k in set(filter(None, [running, default])))
@@ -241,7 +246,10 @@ class Probe:
                 pass
         return {"cmdline": cmdline, "boot_time": int(m.group(1)) if m else None, "mtimes": mtimes, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
                 "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
-                "pinned_kernel": pin, "kernels_with_headers": headers, "grub_default": grub_default,
+                "pinned_kernel": next_pin or pin, "permanent_pin": pin, "boot_once": once,
+                "grub_entries": self.grub_entry_ids() if loader == "grub" else {},
+                "kernels_with_headers": headers, "grub_default": grub_default,
+                "last_reboot": self.last_reboot(), "boot_id": self.read1("/proc/sys/kernel/random/boot_id"),
                 "default_governor": dict((k, c[0]) for k, c in configs.items()),
                 "amd_pstate_default_mode": dict((k, c[1]) for k, c in configs.items()),
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
@@ -278,16 +286,37 @@ class Probe:
         raise IOError("cannot tell which boot loader the ESPs hold (proxmox-boot-tool status: %s)"
                       % (", ".join(modes) or "unreadable"))
 
-    def next_kernel(self, loader, installed, pin):
-        """The kernel the boot loader will start: a pin (proxmox-boot-tool writes it at the
-        next refresh), else GRUB's default entry in grub.cfg, else the newest installed."""
+    def next_kernel(self, loader, installed, pin, next_pin=None):
+        """(the kernel the boot loader will start, whether only once): a next-boot pin, a pin
+        (proxmox-boot-tool writes them at the refresh), else on plain GRUB what grub.cfg
+        selects as GRUB does (grub-reboot's next_entry once, else GRUB_DEFAULT or the saved
+        entry), else the newest installed."""
+        if next_pin and next_pin in installed:
+            return next_pin, True
         if pin and pin in installed:
-            return pin
+            return pin, False
         if loader == "grub":
-            chosen = grub_default_kernel(self.read("/boot/grub/grub.cfg"), self.read("/boot/grub/grubenv"))
+            chosen, once = grub_default_kernel(self.read("/boot/grub/grub.cfg"), self.read("/boot/grub/grubenv"))
             if chosen in installed:
-                return chosen
-        return installed[-1] if installed else None
+                return chosen, once
+        return (installed[-1] if installed else None), False
+
+    def grub_entry_ids(self):
+        """release -> the GRUB_DEFAULT value that names its entry by id ("<submenu id>><entry id>"),
+        from grub.cfg as grub-mkconfig wrote it: what pins a kernel on plain GRUB."""
+        return grub_entry_ids(self.read("/boot/grub/grub.cfg"))
+
+    def last_reboot(self):
+        """What gpuhost's last reboot of this host was for (written by its reboot play just
+        before it rebooted): a finding that boot did not clear is not worth a second one."""
+        text = self.read("/var/lib/gpuhost/last-reboot.json")
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
 
     def nvidia_module_built(self, release):
         """Only a module file proves the next boot has GPUs (dkms builds can fail)."""
@@ -386,7 +415,11 @@ class Probe:
         for cand in ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi"):
             if os.path.exists(self.p(cand)):
                 smi = cand
+        # the device nodes as the driver and nvidia-modprobe made them: a container's devN:
+        # path must exist when it starts (pve-container refuses the start otherwise)
+        nodes = sorted(self.rel(p) for p in self.glob("/dev/nvidia*") + self.glob("/dev/nvidia-caps/*"))
         out = {"module": module, "flavor": flavor, "majors": majors, "char_devices": char_devices, "smi": None,
+               "dev_nodes": nodes,
                "gpus": [], "userspace": None, "smi_error": None, "no_devices": False}
         if smi is None:
             return out
@@ -530,6 +563,10 @@ def _exec_starts(text, reset_marker=False):
 def parse_config(cfg):
     """Decode the registers the controls need from a config-space dump."""
     out = {}
+    if len(cfg) >= 4 and cfg[:4] == b"\xff\xff\xff\xff":
+        # a function that does not answer reads all ones (PCI: a master abort): a GPU fallen
+        # off the bus (Xid 79) keeps its sysfs vendor/device from enumeration, never its registers
+        return {"dead": True}
     if len(cfg) < 64:
         return out
     status = struct.unpack_from("<H", cfg, 0x06)[0]
@@ -692,17 +729,19 @@ def _shell_word(raw, values):
     return "".join(out)
 
 
-def grub_default_kernel(cfg, grubenv):
-    """The kernel release GRUB boots by default, from grub.cfg as grub-mkconfig wrote it:
-    `set default=` is an index into the top-level entries (a submenu counts as one, and
-    `N>M` goes into it), an entry title or id, or `${saved_entry}` from grubenv."""
-    if not cfg:
-        return None
-    m = re.search(r'^\s*set default="?([^"\n]*)"?\s*$', cfg, re.M)
-    default = m.group(1) if m else "0"
-    if "saved_entry" in default:
-        env = re.search(r"^saved_entry=(.*)$", grubenv or "", re.M)
-        default = env.group(1).strip() if env else "0"
+def grubenv_values(grubenv):
+    """grubenv's NAME=value lines (grub-editenv's format; the rest is # padding)."""
+    out = {}
+    for line in (grubenv or "").splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            name, _, value = line.partition("=")
+            out[name] = value
+    return out
+
+
+def grub_menu(cfg):
+    """grub.cfg's menu as a tree: top-level entries and submenus with their titles, ids
+    and, for entries, the kernel release their linux line boots."""
     entries, stack = [], []
     for line in cfg.splitlines():
         t = line.strip()
@@ -718,6 +757,44 @@ def grub_default_kernel(cfg, grubenv):
             stack[-1]["kernel"] = lm.group(1)
         if t == "}" and stack:
             stack.pop()
+    return entries
+
+
+def grub_default_kernel(cfg, grubenv):
+    """(the kernel release GRUB boots next, whether only this once), resolved as GRUB does
+    from grub.cfg as grub-mkconfig writes it (util/grub.d/00_header.in): a non-empty
+    `next_entry` in grubenv (grub-reboot) is used once; else the `set default=` of the
+    else branch: GRUB_DEFAULT, or `${saved_entry}` from grubenv for GRUB_DEFAULT=saved
+    (never the first `set default="${next_entry}"`). A default is an index into the
+    top-level entries (a submenu counts as one, `N>M` goes into it), a title or an id."""
+    if not cfg:
+        return None, False
+    env = grubenv_values(grubenv)
+    defaults = [v for v in re.findall(r'^\s*set default="?([^"\n]*)"?\s*$', cfg, re.M)
+                if "next_entry" not in v]
+    default, once = (defaults[0] if defaults else "0"), False
+    if env.get("next_entry") and re.search(r'set default="?\$\{next_entry\}', cfg):
+        default, once = env["next_entry"], True
+    default = re.sub(r"\$\{?saved_entry\}?", lambda m: env.get("saved_entry", ""), default) or "0"
+    return _grub_resolve(grub_menu(cfg), default), once
+
+
+def grub_entry_ids(cfg):
+    """release -> "<submenu id>><entry id>" (or the entry id alone at top level)."""
+    out = {}
+
+    def walk(level, prefix):
+        for node in level:
+            if node["kids"]:
+                walk(node["kids"], (prefix + ">" if prefix else "") + (node["id"] or node["title"]))
+            elif node["kernel"] and node["id"] and not re.search(r"-(recovery|simple)-", node["id"]) \
+                    and node["kernel"] not in out:
+                out[node["kernel"]] = (prefix + ">" if prefix else "") + node["id"]
+    walk(grub_menu(cfg or ""), "")
+    return out
+
+
+def _grub_resolve(entries, default):
     level = entries
     node = None
     for part in default.split(">"):

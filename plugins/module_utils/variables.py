@@ -26,7 +26,8 @@ CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuh
 INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_file", "gpuhost_reboot_timeout",
                  "gpuhost_lock_timeout", "gpuhost_run_holder", "gpuhost_report_stats",
                  # what the roles set (facts of the audit action, a fix include's control)
-                 "gpuhost_findings", "gpuhost_summary", "gpuhost_reboot_required", "gpuhost_control")
+                 "gpuhost_findings", "gpuhost_summary", "gpuhost_reboot_required", "gpuhost_reboot_record",
+                 "gpuhost_control")
 INTERNAL_PREFIXES = ("gpuhost_lab_",)
 # what ansible.module_utils.parsing.convert_bool reads as true or false (1 and 0 as words too)
 BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f")

@@ -34,8 +34,16 @@ def changes(finding: dict) -> list[str]:
         out.append(f"kernel parameter {key}={value} on the boot command line")
     for key in fix.get("cmdline_remove") or []:
         out.append(f"remove kernel parameter {key} from the boot command line")
+    pin = fix.get("pin") or {}
     if fix.get("packages"):
         out.append("install " + ", ".join(fix["packages"]))
+        if fix.get("check_nvidia_module") and pin:
+            out.append(f"if the NVIDIA module is not built for the new kernel: keep booting {pin['release']} (pinned)")
+        if fix.get("unpin"):
+            out.append("if it is: lift the older kernel's pin")
+    elif pin:
+        how = "proxmox-boot-tool kernel pin" if pin.get("tool") == "proxmox-boot-tool" else "GRUB_DEFAULT by entry id"
+        out.append(f"make {pin['release']} the kernel the boot loader starts ({how})")
     if fix.get("file"):
         out.append(f"write {fix['file']['path']}")
     for f in fix.get("files") or []:

@@ -37,8 +37,9 @@ def test_grub_cmdline_takes_effect_only_after_update_grub(make_lab):
     lab.ssh("intel-grub", "update-grub")
     lab.reboot("intel-grub")
     cmdline = lab.out("intel-grub", "cat /proc/cmdline")
-    assert cmdline == ("BOOT_IMAGE=/boot/vmlinuz-6.1.0-26-amd64 intel_idle.max_cstate=1 numa_balancing=disable "
-                       "root=UUID=2b7c1a62-6c0e-4a4b-9d0e-1f0b8f0a1c11 ro quiet")
+    # grub-mkconfig's 10_linux: root=<device> ro, then GRUB_CMDLINE_LINUX, then _DEFAULT
+    assert cmdline == ("BOOT_IMAGE=/boot/vmlinuz-6.1.0-26-amd64 root=UUID=2b7c1a62-6c0e-4a4b-9d0e-1f0b8f0a1c11 ro "
+                       "intel_idle.max_cstate=1 numa_balancing=disable quiet")
     names = lab.out("intel-grub", "cat /sys/devices/system/cpu/cpu0/cpuidle/state*/name").split()
     # drivers/idle/intel_idle.c: max_cstate counts table entries after POLL, not C-numbers
     assert names == ["POLL", "C1"], "intel_idle.max_cstate=1 keeps the first state after POLL"

@@ -89,9 +89,11 @@ def test_lxc_config_repair_replaces_the_stale_major_and_adds_what_is_missing():
     pt = lxcconf.inspect("129", SEED_CT)
     assert pt.gives_gpus and 509 in pt.allowed
     probs = lxcconf.problems(pt, DEVICES)
-    assert "stale allow c 509:*" in probs and "missing mount /dev/nvidia-caps" in probs
+    assert "stale allow c 509:*" in probs and "missing mount /dev/nvidia-uvm-tools" in probs
+    # nvidia-caps nodes are for MIG only (libnvidia-container mounts them only there): never added
+    assert not any("caps" in p for p in probs)
     fixed = lxcconf.repair(SEED_CT, DEVICES)
-    assert "c 509:" not in fixed and fixed.count("c 508:* rwm") == 1 and "c 236:* rwm" in fixed
+    assert "c 509:" not in fixed and fixed.count("c 508:* rwm") == 1 and "nvidia-caps" not in fixed
     assert lxcconf.problems(lxcconf.inspect("129", fixed), DEVICES) == []
     assert lxcconf.repair(fixed, DEVICES) == fixed, "idempotent"
     for line in SEED_CT.splitlines():
@@ -177,3 +179,39 @@ def test_a_boolean_given_as_a_word_on_the_command_line_is_good_input(word):
     from gpuhost.inventory import check_vars
 
     check_vars("h1", {"gpuhost_reboot_ok": word, "gpuhost_lxc_restart": word})
+
+
+def test_an_allow_is_never_stale_while_nvidia_uvm_is_not_loaded():
+    """After a host boot nvidia-uvm is often not loaded yet: 508 is then missing from
+    /proc/devices, and may be its own major once it loads. Not stale: blocked, manual."""
+    fixed_seed = lxcconf.repair(SEED_CT, DEVICES)
+    no_uvm = {k: v for k, v in DEVICES.items() if v != "nvidia-uvm"}
+    pt = lxcconf.inspect("129", fixed_seed)
+    assert not [p for p in lxcconf.problems(pt, no_uvm) if "stale" in p]
+    assert lxcconf.repair(fixed_seed, no_uvm) == fixed_seed, "no allow deleted"
+    blocked = lxcconf.blockers(pt, no_uvm, [])
+    assert blocked and "nvidia-uvm is not loaded" in blocked[0] and "lxc.gpu_nodes" in blocked[0]
+    assert lxcconf.blockers(pt, DEVICES, []) == []
+
+
+def test_an_allow_line_with_a_trailing_comment_is_read_and_not_duplicated():
+    text = SEED_CT.replace("lxc.cgroup2.devices.allow: c 195:* rwm", "lxc.cgroup2.devices.allow: c 195:* rwm # nvidia")
+    assert "# nvidia" in text
+    pt = lxcconf.inspect("129", text)
+    assert 195 in pt.allowed
+    fixed = lxcconf.repair(text, DEVICES)
+    assert fixed.count("c 195:") == 1 and "c 195:* rwm # nvidia" in fixed
+
+
+DEV_CT = "arch: amd64\nhostname: infer\ndev0: /dev/nvidia0,gid=44\ndev1: /dev/nvidiactl,gid=44\n"
+
+
+def test_a_devn_is_added_only_for_a_node_that_exists_on_the_host():
+    pt = lxcconf.inspect("130", DEV_CT)
+    nodes = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert lxcconf.blockers(pt, DEVICES, nodes) == []
+    fixed = lxcconf.repair(DEV_CT, DEVICES)
+    assert "dev2: /dev/nvidia-uvm,gid=44\n" in fixed and "dev3: /dev/nvidia-uvm-tools,gid=44\n" in fixed
+    assert "caps" not in fixed
+    blocked = lxcconf.blockers(pt, DEVICES, ["/dev/nvidia0", "/dev/nvidiactl"])
+    assert blocked and "/dev/nvidia-uvm" in blocked[0] and "not exist" in blocked[0]

@@ -8,7 +8,6 @@ will have. Nothing here writes; the caller applies the result. The rules are tho
 from __future__ import annotations
 
 import re
-import shlex
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ NEXT_BOOT_PIN_FILE = shimlib.NEXT_PIN.lstrip("/")
 UNIT_WANTS = "etc/systemd/system/multi-user.target.wants"
 
 SERVER_PM_PROFILES = (4, 5, 7)
+NR_PM_PROFILES = 9                  # include/acpi/actbl.h: a profile above 8 counts as undefined
 ACPI_GOVERNORS = ["conservative", "ondemand", "userspace", "powersave", "performance", "schedutil"]
 EPP_GOVERNORS = ["performance", "powersave"]
 EPP_CHOICES = ["default", "performance", "balance_performance", "balance_power", "power"]
@@ -39,12 +39,88 @@ def release_at_least(release: str, minimum: str) -> bool:
 
 
 def parse_cmdline(cmdline: str) -> dict[str, str]:
-    """Kernel parameters as name -> value ('' for flags); the last one given wins."""
+    """Kernel parameters as name -> value ('' for flags); the last one given wins. Split as
+    the kernel splits its command line (kernel/params.c next_arg): whitespace outside double
+    quotes, the quotes dropped around a word or a value, backslashes ordinary."""
     params: dict[str, str] = {}
-    for word in shlex.split(cmdline):
-        name, _, value = word.partition("=")
+    i, n = 0, len(cmdline)
+    while i < n:
+        while i < n and cmdline[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        quoted = cmdline[i] == '"'
+        i += quoted
+        start, in_quote, equals = i, quoted, -1
+        while i < n and (in_quote or not cmdline[i].isspace()):
+            if equals < 0 and cmdline[i] == "=":
+                equals = i
+            if cmdline[i] == '"':
+                in_quote = not in_quote
+            i += 1
+        if equals < 0:
+            name, value = cmdline[start:i], ""
+            if quoted and name.endswith('"'):
+                name = name[:-1]
+        else:
+            name, value = cmdline[start:equals], cmdline[equals + 1:i]
+            if value.startswith('"'):
+                value = value[1:]
+                if value.endswith('"'):
+                    value = value[:-1]
+            elif quoted and value.endswith('"'):
+                value = value[:-1]
         params[name] = value
     return params
+
+
+def grub_words(args: str) -> list[str]:
+    """The words of a grub.cfg `linux` line as GRUB's script lexer makes them: quotes and
+    backslashes removed, $variables expanded (none are set here: empty)."""
+    words, cur, has, i, quote = [], [], False, 0, None
+    while i < len(args):
+        c = args[i]
+        if quote == "'":
+            if c == "'":
+                quote = None
+            else:
+                cur.append(c)
+        elif c == "\\" and i + 1 < len(args):
+            i += 1
+            cur.append(args[i])
+            has = True
+        elif quote == '"' and c == '"':
+            quote = None
+        elif quote is None and c in "'\"":
+            quote, has = c, True
+        elif c == "$" and quote != "'":
+            m = re.match(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)", args[i:])
+            if m:
+                i += m.end()
+                continue
+            cur.append(c)
+        elif quote is None and c in " \t":
+            if cur or has:
+                words.append("".join(cur))
+            cur, has = [], False
+        else:
+            cur.append(c)
+            has = True
+        i += 1
+    if cur or has:
+        words.append("".join(cur))
+    return words
+
+
+def grub_loader_cmdline(words: list[str]) -> str:
+    """What GRUB's `linux` passes the kernel after BOOT_IMAGE= (grub-core/lib/cmdline.c,
+    grub_create_loader_cmdline): each word with \\, ' and " escaped by a backslash, a word
+    with a space in double quotes, separated by single spaces."""
+    out = []
+    for w in words:
+        esc = "".join("\\" + c if c in "\\'\"" else c for c in w)
+        out.append(f'"{esc}"' if " " in w else esc)
+    return " ".join(out)
 
 
 @dataclass
@@ -85,39 +161,58 @@ def _read(root: Path, rel: str) -> str | None:
         return None
 
 
+def _grub_cfg_path(loader: str) -> str:
+    return ESP_GRUB_CFG if loader == "grub-esp" else GRUB_CFG
+
+
 def choose_kernel(root: Path, loader: str = "systemd-boot") -> tuple[str | None, bool]:
     """Rule 1: what the boot loader's last write selected. proxmox-boot-tool's refresh
-    writes a pin (a --next-boot one first) as the default; GRUB boots its default entry
-    (GRUB_DEFAULT, 0 = newest). A next-boot pin is consumed by the boot it selects."""
+    writes a pin (a --next-boot one first) as the default; GRUB boots what its grub.cfg
+    selects as GRUB resolves it (grub-reboot's next_entry once, GRUB_DEFAULT, the saved
+    entry; 0 = newest). A one-time choice is consumed by the boot it selects."""
     installed = installed_kernels(root)
-    chosen = None
+    chosen, once = None, False
     if loader == "systemd-boot":
         m = re.search(r"^default\s+proxmox-(\S+)\.conf", _read(root, ESP_LOADER_CONF) or "", re.M)
         chosen = m.group(1) if m else None
     else:
-        cfg = _read(root, ESP_GRUB_CFG if loader == "grub-esp" else GRUB_CFG)
-        chosen = shimlib.grub_cfg_default(cfg, _read(root, "boot/grub/grubenv"))
+        node, once = shimlib.grub_entry(_read(root, _grub_cfg_path(loader)), _read(root, "boot/grub/grubenv"))
+        chosen = node["release"] if node else None
     if chosen not in installed:
-        chosen = installed[-1] if installed else None
-    once = bool(chosen) and (_read(root, NEXT_BOOT_PIN_FILE) or "").strip() == chosen
+        chosen, once = (installed[-1] if installed else None), False
+    once = once or (bool(chosen) and (_read(root, NEXT_BOOT_PIN_FILE) or "").strip() == chosen)
     return chosen, once
 
 
-def loader_cmdline(root: Path, loader: str, release: str) -> str:
-    """Rule 2: what the boot loader holds, not what its source file says now."""
+def loader_cmdline(root: Path, loader: str, release: str, os_id: str = "debian") -> str:
+    """Rule 2: what the boot loader holds, not what its source file says now: GRUB's chosen
+    entry's linux line as GRUB passes it (Ubuntu's grub.cfg adds vt.handoff=7 with
+    `splash`), or the systemd-boot entry's options."""
     if loader in ("grub", "grub-esp"):
-        cfg = _read(root, ESP_GRUB_CFG if loader == "grub-esp" else GRUB_CFG) or ""
-        lines = re.findall(r"^\s*linux\s+/boot/vmlinuz-(\S+)\s*(.*)$", cfg, re.M)
-        for rel, args in lines:
-            if rel == release:
-                return args.strip()
-        return lines[0][1].strip() if lines else ""
+        cfg = _read(root, _grub_cfg_path(loader)) or ""
+        chosen, _ = shimlib.grub_entry(cfg, _read(root, "boot/grub/grubenv"))
+        node = chosen
+        if node is None or node["release"] != release:
+            flat: list[dict] = []
+            stack = shimlib.grub_menu(cfg)
+            while stack:
+                e = stack.pop(0)
+                flat.append(e)
+                stack[:0] = e["kids"]
+            # the release's own entry, else what GRUB starts by default
+            node = next((e for e in flat if e["release"] == release and "recovery" not in (e["id"] or "")), chosen)
+        if node is None:
+            return ""
+        words = grub_words(node["args"] or "")
+        if os_id == "ubuntu" and "splash" in words:
+            words.append("vt.handoff=7")
+        return grub_loader_cmdline(words)
     entries = root / ESP_ENTRIES
     files = sorted(entries.glob("*.conf"), key=lambda p: p.stat().st_mtime) if entries.is_dir() else []
     chosen = next((f for f in files if f.name == f"proxmox-{release}.conf"), files[-1] if files else None)
     if chosen is None:
         return ""
-    m = re.search(r"^options\s+(.*)$", chosen.read_text(), re.M)
+    m = re.search(r"^options[ \t]+([^\n]*)$", chosen.read_text(), re.M)
     return m.group(1).strip() if m else ""
 
 
@@ -127,9 +222,14 @@ def cpufreq_for(spec: HostSpec, release: str, params: dict[str, str]) -> tuple[s
     if fw.virtualized or spec.cpu.max_khz == 0:
         return None, None
     if fw.vendor_cpu == "GenuineIntel":
-        if fw.hwp and params.get("intel_pstate") != "disable":
+        # intel_pstate_init: active (setpolicy) mode needs HWP; without it, or with
+        # intel_pstate=passive, it registers intel_cpufreq with the generic governors (5.8+)
+        mode = params.get("intel_pstate")
+        if mode == "disable":
+            return "acpi-cpufreq", None
+        if fw.hwp and mode not in ("passive", "no_hwp"):
             return "intel_pstate", None
-        return "acpi-cpufreq", None
+        return "intel_cpufreq", None
     mode = params.get("amd_pstate")
     if fw.cppc and mode == "active" and release_at_least(release, "6.3"):
         return "amd-pstate-epp", "active"
@@ -138,9 +238,13 @@ def cpufreq_for(spec: HostSpec, release: str, params: dict[str, str]) -> tuple[s
     if fw.cppc and mode == "guided" and release_at_least(release, "6.4"):
         return "amd-pstate", mode
     if mode is None and fw.cppc:
-        # amd_pstate_init: never on an undefined profile; on servers only family >= 0x1A (6.13)
-        by_default = release_at_least(release, "6.5") and fw.acpi_pm_profile != 0 and (
-            fw.acpi_pm_profile not in SERVER_PM_PROFILES or (release_at_least(release, "6.13") and fw.cpu_family >= 26))
+        # amd_pstate_init: never on an undefined profile (0, or >= NR_PM_PROFILES); on servers
+        # only family >= 0x1A (6.13); shared-memory CPPC (no MSR interface) only from 6.11
+        # ("cpufreq: amd-pstate: enable shared memory type CPPC by default", v6.11)
+        undefined = fw.acpi_pm_profile == 0 or fw.acpi_pm_profile >= NR_PM_PROFILES
+        by_default = release_at_least(release, "6.5") and not undefined and (
+            fw.acpi_pm_profile not in SERVER_PM_PROFILES or (release_at_least(release, "6.13") and fw.cpu_family >= 26)) \
+            and (fw.cppc_interface == "msr" or release_at_least(release, "6.11"))
         if by_default:
             return "amd-pstate-epp", "active"
     return "acpi-cpufreq", None
@@ -163,9 +267,11 @@ def default_governor(spec: HostSpec, driver: str | None, params: dict[str, str])
         return wanted
     if spec.cpu.governor_default in offered:
         return spec.cpu.governor_default
-    # a setpolicy driver without the default governor: performance on server and undefined
-    # PM profiles, else powersave (cpufreq_init_policy; the drivers' initial policy)
-    if driver in ("amd-pstate-epp", "intel_pstate") and spec.firmware.acpi_pm_profile in (0,) + SERVER_PM_PROFILES:
+    # a setpolicy driver without the default governor keeps its init's policy
+    # (cpufreq_init_policy): amd-pstate-epp performance on server and undefined PM profiles;
+    # intel_pstate always powersave ("a valid fallback value", intel_pstate_cpu_init)
+    profile = spec.firmware.acpi_pm_profile
+    if driver == "amd-pstate-epp" and (profile in (0,) + SERVER_PM_PROFILES or profile >= NR_PM_PROFILES):
         return "performance"
     return "powersave"
 
@@ -231,19 +337,17 @@ SYSCTL_DIRS = ("etc/sysctl.d", "run/sysctl.d", "usr/local/lib/sysctl.d", "usr/li
 
 
 def sysctl_files(root: Path) -> list[Path]:
-    """As systemd-sysctl orders them: file names in lexical order, a name in an earlier
-    directory shadowing it in later ones; /etc/sysctl.conf last unless Debian's
-    /etc/sysctl.d/99-sysctl.conf link already names it."""
+    """As systemd-sysctl orders them (src/sysctl/sysctl.c, sysctl.d(5)): *.conf file names
+    in lexical order, a name in an earlier directory shadowing it in later ones. It never
+    reads /etc/sysctl.conf itself: that file counts only through the
+    /etc/sysctl.d/99-sysctl.conf link (Debian <= 12 and Ubuntu ship it; Debian 13 not)."""
     by_name: dict[str, Path] = {}
     for d in SYSCTL_DIRS:
         directory = root / d
         if directory.is_dir():
             for conf in directory.glob("*.conf"):
                 by_name.setdefault(conf.name, conf)
-    files = [by_name[n] for n in sorted(by_name)]
-    if (root / "etc/sysctl.conf").is_file() and "99-sysctl.conf" not in by_name:
-        files.append(root / "etc/sysctl.conf")
-    return files
+    return [by_name[n] for n in sorted(by_name)]
 
 
 def sysctl_after_boot(spec: HostSpec, root: Path, params: dict[str, str]) -> dict[str, str]:
@@ -368,7 +472,7 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
     release, once = choose_kernel(root, spec.boot.loader)
     if release is None:
         raise RuntimeError(f"{spec.hostname}: no kernel in /boot, the host cannot boot")
-    cmdline = loader_cmdline(root, spec.boot.loader, release)
+    cmdline = loader_cmdline(root, spec.boot.loader, release, spec.os.id)
     params = parse_cmdline(cmdline)
     driver, status = cpufreq_for(spec, release, params)
     idle_driver, idle_states = cstates_for(spec, params)
@@ -392,14 +496,26 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
     )
 
 
-def clear_next_boot_pin(root: Path, loader: str) -> None:
-    """proxmox-boot-cleanup.service: the trial boot happened, drop the one-time pin and
-    write the ESPs again, so the boot after it is the permanent choice."""
-    (root / NEXT_BOOT_PIN_FILE).unlink(missing_ok=True)
+def clear_next_boot_pin(root: Path, loader: str, mkconfig=None) -> None:
+    """What a one-time boot leaves behind, cleared as the real systems do: GRUB's script
+    empties grubenv's next_entry as it boots it (00_header: save_env next_entry);
+    proxmox-boot-cleanup.service drops proxmox-boot-tool's next-boot pin and writes the
+    boot loader again, so the boot after it is the permanent choice. *mkconfig(root, out)*
+    runs grub-mkconfig for the host."""
+    env_path = root / "boot/grub/grubenv"
+    env = _read(root, "boot/grub/grubenv")
+    if env and shimlib.grubenv(env).get("next_entry"):
+        lines = [("next_entry=" if line.startswith("next_entry=") else line) for line in env.split("\n")]
+        text = "\n".join(lines)
+        env_path.write_text(text + "#" * max(0, len(env) - len(text)))   # grubenv keeps its 1024-byte block
+    if not (root / NEXT_BOOT_PIN_FILE).exists():
+        return
+    (root / NEXT_BOOT_PIN_FILE).unlink()
     pin = (_read(root, PIN_FILE) or "").strip() or None
     kernels = installed_kernels(root)
     if loader == "systemd-boot":
-        cmdline = " ".join((_read(root, "etc/kernel/cmdline") or "").split())
+        cmdline = " ".join(((_read(root, "etc/kernel/cmdline") or "").splitlines() or [""])[0].split())
         shimlib.esp_refresh(kernels, cmdline, pin if pin in kernels else None, root=str(root))
-    elif loader == "grub-esp":
-        shimlib.write_grub(str(root), esp=True, pin=pin)
+    elif mkconfig is not None:
+        shimlib.set_grub_default(pin if pin in kernels else None, root=str(root))
+        mkconfig(root, "/" + _grub_cfg_path(loader))

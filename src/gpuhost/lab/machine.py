@@ -86,6 +86,13 @@ class Machine:
             sec, sub = bus_range.get(dev.bdf, (0, 0))
             self.config[dev.bdf] = configspace.build(dev, sec, sub)
             self._boot_acs(dev)
+        for gpu in (spec.nvidia.gpus if spec.nvidia else []):
+            if gpu.health.off_bus and gpu.bdf in self.config:
+                # a device that does not answer: every config read is all ones (a master
+                # abort), writes go nowhere; sysfs keeps vendor/device/class from enumeration
+                cfg, mask = self.config[gpu.bdf]
+                cfg[:] = b"\xff" * len(cfg)
+                mask[:] = bytes(len(mask))
         self.tree = Tree()
         self.render()
 
@@ -368,6 +375,27 @@ class Machine:
             "units": self.boot.units, "sysctl": sorted(self.sysctl)}) + "\n").encode())
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
+        # the host's init makes these nodes in its /dev (a tmpfs of its own)
+        t.attr("ctl/dev", lambda: "".join(f"{p} {ma} {mi}\n" for p, ma, mi in self.dev_nodes()).encode())
+
+    def dev_nodes(self) -> list[tuple[str, int, int]]:
+        """The NVIDIA device nodes this boot has, (path, major, minor), as the driver and
+        nvidia-modprobe make them: /dev/nvidiaN (minor = the GPU's index among those the
+        nvidia driver holds), nvidiactl 255 and nvidia-modeset 254 on major 195 while nvidia
+        is loaded; nvidia-uvm 0 and nvidia-uvm-tools 1 on nvidia-uvm's major while it is
+        loaded. nvidia-caps nodes exist only where MIG is used, which the lab does not model."""
+        nv = self.spec.nvidia
+        if not nv or not self.boot.nvidia_loaded:
+            return []
+        major = nv.char_majors.get("nvidia", 195)
+        on_bus = {d.bdf: d for d in self.spec.pci}
+        held = [g for g in nv.gpus if g.bdf not in on_bus or self.driver_of(on_bus[g.bdf]) == "nvidia"]
+        out = [(f"dev/nvidia{i}", major, i) for i in range(len(held))]
+        out += [("dev/nvidiactl", major, 255), ("dev/nvidia-modeset", major, 254)]
+        uvm = nv.char_majors.get("nvidia-uvm")
+        if uvm is not None:
+            out += [("dev/nvidia-uvm", uvm, 0), ("dev/nvidia-uvm-tools", uvm, 1)]
+        return out
 
     # ---- what the nvidia-smi shim sees ---------------------------------------------------
     def nvidia_view(self, userspace: str | None) -> dict:
@@ -375,7 +403,8 @@ class Machine:
         gpus = []
         if nv:
             # the proprietary modules do not drive Grace Hopper or Blackwell (cc >= 10.0)
-            driven = [g for g in nv.gpus if nv.flavor == "open" or _cc(g.compute_cap) < (10, 0)]
+            # nor does any driver reach a GPU that fell off the bus
+            driven = [g for g in nv.gpus if (nv.flavor == "open" or _cc(g.compute_cap) < (10, 0)) and not g.health.off_bus]
             for i, g in enumerate(driven):
                 dev = self.spec.device(g.bdf)
                 cfg = self.config[g.bdf][0]
@@ -537,6 +566,8 @@ class GuestMachine:
         self.tree.attr("ctl/boot.json", lambda: (json.dumps({"release": parent.boot.release, "boot_id": self.boot_id, "units": [], "sysctl": []}) + "\n").encode())
         self.tree.attr("ctl/nvidia.json", lambda: (json.dumps(parent.nvidia_view(spec.nvidia.userspace if spec.nvidia else None)) + "\n").encode())
         self.tree.attr("ctl/nvidia-persistence", lambda: text(json.dumps(parent.persistence)), self._read_only)
+        # the host's nodes, as a container that is given them all sees them
+        self.tree.attr("ctl/dev", lambda: "".join(f"{p} {ma} {mi}\n" for p, ma, mi in parent.dev_nodes()).encode())
         self.tree.attr("proc/sys/kernel/random/boot_id", lambda: text(self.boot_id))
 
     def _read_only(self, value: bytes) -> None:

@@ -7,8 +7,12 @@ that would make the host contact the network or start the machine's own services
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import subprocess
+import uuid
 from importlib import resources
 from pathlib import Path
 
@@ -117,6 +121,7 @@ def install_shims(root: Path, spec: AnySpec) -> None:
             tools["usr/bin/nvidia-persistenced"] = "nvidia-persistenced"
     if not spec.is_guest:
         tools["usr/sbin/update-grub"] = "update-grub"
+        tools["usr/sbin/grub-probe"] = "grub-probe"     # the real grub-mkconfig asks it about the disk
     if spec.is_proxmox or (isinstance(spec, HostSpec) and spec.boot.loader in ("systemd-boot", "grub-esp")):
         # the contract's systemd-boot hosts keep their ESPs with proxmox-boot-tool
         tools["usr/sbin/proxmox-boot-tool"] = "proxmox-boot-tool"
@@ -192,6 +197,33 @@ def add_operator(root: Path, client_pub: str) -> None:
     _write(root, f"etc/sudoers.d/gpuhost-lab-{OPERATOR}", f"{OPERATOR} ALL=(ALL) NOPASSWD: ALL\n", 0o440)
 
 
+def ships_sysctl_conf_link(spec: AnySpec) -> bool:
+    """Debian's systemd up to 12 (bookworm) and Ubuntu's ship /etc/sysctl.d/99-sysctl.conf ->
+    ../sysctl.conf; Debian 13 (trixie, PVE 9) ships neither the link nor /etc/sysctl.conf."""
+    o = spec.os
+    if o.id == "debian":
+        try:
+            return int(str(o.version_id).split(".")[0]) <= 12
+        except ValueError:
+            return False
+    return o.id == "ubuntu"
+
+
+def sysctl_layout(root: Path, spec: AnySpec) -> None:
+    """The sysctl files the distribution's own packages lay out (etc/sysctl.d is hidden from
+    the machine underneath, so each host gets only what its OS ships)."""
+    link = root / "etc/sysctl.d/99-sysctl.conf"
+    if ships_sysctl_conf_link(spec):
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to("../sysctl.conf")
+    else:
+        if link.is_symlink():
+            link.unlink()
+        if spec.os.id == "debian" and (root / "etc/sysctl.conf").is_file():
+            (root / "etc/sysctl.conf").unlink()         # trixie's procps no longer ships it
+
+
 def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: str) -> None:
     """Lay out a new host's disk. Idempotent; writes only through *root*."""
     _write(root, "etc/hostname", spec.hostname + "\n")
@@ -225,7 +257,7 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
             _write(root, f"var/lib/dpkg/{name}", path.read_bytes(), path.stat().st_mode & 0o777)
     install_shims(root, spec)
     if isinstance(spec, HostSpec):
-        _provision_host(root, spec)
+        _provision_host(root, spec, real_grub_mkconfig)
     else:
         _provision_guest(root, spec)
     for path, content in spec.files.items():
@@ -233,7 +265,63 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     _write(root, "var/lib/gpuhost-lab/provisioned", spec.hostname + "\n")
 
 
-def _provision_host(root: Path, spec: HostSpec) -> None:
+def sh_double_quoted(value: str) -> str:
+    """*value* as a double-quoted shell word, as an admin writes it in /etc/default/grub
+    (`"quiet acpi_osi=\\"Windows 2015\\""`): what the shell reads back is *value* exactly."""
+    return '"' + "".join("\\" + c if c in '"\\$`' else c for c in value) + '"'
+
+
+ROOT_ARG = re.compile(r"(?:^|\s)root=(\S+)")
+
+
+def grub_default_args(cmdline: str) -> str:
+    """The spec's command line as /etc/default/grub holds it: without root= and ro, which
+    grub-mkconfig's 10_linux puts on every linux line itself (root=<device> ro)."""
+    return " ".join(re.sub(r"(?:^|\s)(?:root=\S+|ro)(?=\s|$)", " ", cmdline).split())
+
+
+def grub_device(spec: HostSpec) -> dict:
+    """The root device the host's grub-probe reports, so that 10_linux writes the spec's
+    root= (root=UUID=..., root=ZFS=..., /dev/...); without one, an LVM root as the Proxmox
+    VE and Debian installers make it. The file-system UUID is the host's own (GRUB's entry
+    ids carry it: gnulinux-<release>-advanced-<uuid>)."""
+    m = ROOT_ARG.search(spec.boot.cmdline)
+    given = m.group(1) if m else None
+    fs_uuid = given[5:] if given and given.startswith("UUID=") else \
+        str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{spec.hostname}.root.gpuhost-lab.invalid"))
+    vg = "pve" if spec.is_proxmox else spec.hostname.replace("-", "--") + "--vg"
+    device = given or f"/dev/mapper/{vg}-root"
+    lvm = device.startswith("/dev/mapper/")
+    return {"device": device, "fs_uuid": fs_uuid, "abstraction": "lvm" if lvm else "",
+            "hint": "lvmid/3pNoJN-HBLW-3wNo-n0bn-XBGW-XHHa-m3Sdnm/3M9AR2-PpJ4-JzJG-ehUl-hJbn-4QTK-PQ1wD8" if lvm else ""}
+
+
+def real_grub_mkconfig(root: Path, out: str) -> None:
+    """The real grub-mkconfig (Debian's grub-common), run in the host's root as its
+    update-grub runs it; the lab's grub-probe in that root answers for the disk. Needs
+    the lab's own mount namespace (the supervisor's): /dev is bound in for the run."""
+    dev = root / "dev"
+    dev.mkdir(exist_ok=True)
+    subprocess.run(["mount", "--rbind", "/dev", str(dev)], check=True, capture_output=True)
+    try:
+        res = subprocess.run(["chroot", str(root), "/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                              "LANG=C.UTF-8", "/usr/bin/python3", "-c",
+                              "import sys; sys.path.insert(0, '/usr/lib/gpuhost-lab'); import shimlib; "
+                              f"shimlib.run_grub_mkconfig({out!r})"],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    finally:
+        subprocess.run(["umount", "-R", str(dev)], capture_output=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"grub-mkconfig in {root}: {res.stderr.strip()[-400:]}")
+
+
+def python_grub_mkconfig(root: Path, out: str) -> None:
+    """grub.cfg in grub-mkconfig's layout, where the real one cannot run (unit-speed scenarios)."""
+    shimlib.write_grub_cfg(str(root), out)
+
+
+def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -> None:
+    sysctl_layout(root, spec)
     for rel in spec.kernel.installed:
         _write(root, f"boot/vmlinuz-{rel}", b"gpuhost-lab kernel image " + rel.encode() + b"\n")
         _write(root, f"boot/config-{rel}", kernel_config(spec))
@@ -275,9 +363,20 @@ def _provision_host(root: Path, spec: HostSpec) -> None:
             "# If you change this file, run 'update-grub' afterwards to update\n# /boot/grub/grub.cfg.\n\n"
             f"GRUB_DEFAULT={spec.boot.grub_default}\nGRUB_TIMEOUT=5\n"
             "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
-            f'GRUB_CMDLINE_LINUX_DEFAULT="{spec.boot.cmdline}"\nGRUB_CMDLINE_LINUX=""\n'))
+            f'GRUB_CMDLINE_LINUX_DEFAULT={sh_double_quoted(grub_default_args(spec.boot.cmdline))}\n'
+            'GRUB_CMDLINE_LINUX=""\n'))
         (root / "etc/default/grub.d").mkdir(parents=True, exist_ok=True)
-        shimlib.write_grub(str(root), esp=spec.boot.loader == "grub-esp", pin=spec.kernel.pinned)
+        if spec.is_proxmox:
+            _write(root, "etc/default/grub.d/proxmox-ve.cfg", 'GRUB_DISTRIBUTOR="Proxmox VE"\n')
+        (root / "boot/grub").mkdir(parents=True, exist_ok=True)
+        _write(root, shimlib.GRUB_PROBE_CONF.lstrip("/"), json.dumps(grub_device(spec)) + "\n")
+        out = shimlib.ESP_GRUB_CFG if spec.boot.loader == "grub-esp" else shimlib.GRUB_CFG
+        # a pin is GRUB's default entry by id (proxmox-kernel-helper's set_grub_default): the
+        # id is in grub.cfg, so the first grub.cfg is made before the pin is written
+        mkconfig(root, out)
+        if spec.kernel.pinned:
+            shimlib.set_grub_default(spec.kernel.pinned, root=str(root))
+            mkconfig(root, out)
     if spec.is_proxmox:
         node = f"etc/pve/nodes/{spec.hostname}"
         (root / node / "lxc").mkdir(parents=True, exist_ok=True)
@@ -298,4 +397,6 @@ def kernel_config(spec: HostSpec) -> str:
 
 
 def _provision_guest(root: Path, spec: GuestSpec) -> None:
-    """A container has no kernel or boot loader of its own: nothing beyond the common part."""
+    """A container has no kernel or boot loader of its own: beyond the common part, only
+    what its OS ships."""
+    sysctl_layout(root, spec)

@@ -197,12 +197,23 @@ class PciDevice(_Strict):
         return 0x060400 if self.is_bridge else 0x000000
 
 
+class GpuHealth(_Strict):
+    """hostspec.md: what a GPU reports about its health (all clear by default). off_bus: the
+    GPU fell off the bus (Xid 79): its config space reads all ones from then on."""
+    recovery_action: Optional[str] = None
+    xids: list[int] = Field(default_factory=list)
+    remapped_rows_pending: bool = False
+    retired_pages_pending: bool = False
+    off_bus: bool = False
+
+
 class Gpu(_Strict):
     bdf: str
     name: str
     compute_cap: str
     memory_mib: int = Field(ge=1)
     uuid: str
+    health: GpuHealth = Field(default_factory=GpuHealth)
 
     @field_validator("compute_cap")
     @classmethod

@@ -152,7 +152,7 @@ class Supervisor:
         if isinstance(h.spec, HostSpec):
             state = boot_state(h.spec, root)
             if state.consumed_next_boot_pin:
-                clear_next_boot_pin(root, h.spec.boot.loader)
+                clear_next_boot_pin(root, h.spec.boot.loader, provision.real_grub_mkconfig)
             h.machine = Machine(h.spec, state, lambda action, h=h: self._request_power(h, action),
                                 lambda vmid, h=h: self._request_container_restart(h, vmid))
             kern, kind, repo = h.name, "host", str(self.layout.repo(h.name))

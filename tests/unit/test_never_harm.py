@@ -1,0 +1,277 @@
+"""Never harm a host, never loop: the cases issue 15's review found, at unit speed.
+
+Each case lays a host out with the lab's own provisioning and kernel model (BASE from
+test_scenarios: Proxmox VE 8 on ZFS/systemd-boot, an EPYC 9335, one RTX PRO 6000), brings it
+into the state the review found (a backport kernel without its NVIDIA module, nvidia-uvm not
+loaded, a held GRUB default...), and checks what gpuhost decides: what it would fix, and
+above all that no finding asks for a reboot it must not do.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import scenarios
+from test_scenarios import BASE, CT_MOUNTS, INTEL, ROOT_ARGS, _render, ct, write
+
+from gpuhost import controls
+
+RUNNING, BPO = "6.8.12-4-pve", "6.14.8-2-bpo12-pve"
+PVE8_68 = {"kernel": {"installed": [RUNNING]}}
+
+
+def install_kernel(host: scenarios.Rendered, release: str, module: bool) -> None:
+    """What `apt install proxmox-kernel-6.14` leaves on a host after it booted: the image in
+    /boot, its modules directory, the NVIDIA module only if dkms built it."""
+    host.write(f"/boot/vmlinuz-{release}", "image\n")
+    host.write(f"/lib/modules/{release}/modules.dep", "")
+    if module:
+        host.write(f"/lib/modules/{release}/updates/dkms/nvidia.ko", "nvidia\n")
+
+
+def reboots(findings: dict) -> list[str]:
+    return [cid for cid, f in findings.items() if f["status"] == "pending_reboot" or f.get("reboot_required")
+            and f["status"] != "drift"]
+
+
+# ---- a kernel without the NVIDIA module is never booted, never left as the default --------
+def test_a_bpo12_kernel_without_the_nvidia_module_is_pinned_away_not_booted(tmp_path):
+    host = _render(tmp_path, PVE8_68, None)
+    install_kernel(host, BPO, module=False)
+    # systemd-boot on the ESPs: the newest kernel boots next once refreshed
+    host.write("/var/lib/gpuhost-lab/esp/loader/loader.conf", f"timeout 3\ndefault proxmox-{BPO}.conf\n")
+    findings = host.judge()
+    kv = findings["kernel.version"]
+    assert kv["status"] == "drift", kv
+    assert kv["fix"] == {"pin": {"release": RUNNING, "tool": "proxmox-boot-tool"}}
+    assert BPO in kv["message"] and "nvidia.ko" in kv["message"]
+    assert findings["kernel.reboot_pending"]["status"] == "manual"
+    assert not reboots(findings), "no finding may ask for a reboot into a kernel without the module"
+    # after the pin: the running kernel boots, and a later run neither unpins nor reboots
+    host.write("/etc/kernel/proxmox-boot-pin", RUNNING + "\n")
+    again = host.judge()
+    assert again["kernel.version"]["status"] == "manual" and "(pinned)" in again["kernel.version"]["message"]
+    assert "unpin" not in repr(again["kernel.version"]["fix"])
+    assert again["kernel.reboot_pending"]["status"] == "pass"
+    assert not reboots(again)
+
+
+def test_the_reboot_gate_holds_every_pending_reboot_while_the_next_kernel_has_no_module(tmp_path):
+    # iommu.mode waits for a boot (iommu=pt persisted, not live): that boot would start BPO
+    host = _render(tmp_path, {**PVE8_68, "boot": {"cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active"}},
+                   None)
+    host.write("/etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active iommu=pt\n")
+    install_kernel(host, BPO, module=False)
+    f = host.judge()["iommu.mode"]
+    assert f["status"] == "manual" and not f["reboot_required"], f
+    assert "not rebooted" in f["message"] and BPO in f["message"]
+
+
+def test_plain_grub_proxmox_pins_with_proxmox_boot_tool(tmp_path):
+    host = _render(tmp_path, {**PVE8_68, "boot": {"loader": "grub"}}, None)
+    install_kernel(host, BPO, module=False)
+    host.write("/boot/grub/grub.cfg", grub_cfg(tmp_path, [RUNNING, BPO]))
+    f = host.finding("kernel.version")
+    assert f["status"] == "drift" and f["fix"]["pin"]["tool"] == "proxmox-boot-tool", f
+
+
+def test_plain_grub_debian_pins_by_entry_id(tmp_path):
+    rel, new = "6.1.0-26-amd64", "6.12.12+bpo-amd64"
+    host = _render(tmp_path, {"os": {"proxmox_ve": None}, "kernel": {"installed": [rel]},
+                              "boot": {"loader": "grub", "cmdline": "root=UUID=5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f ro quiet "
+                                                                   "amd_pstate=active iommu=pt"}}, None)
+    install_kernel(host, new, module=False)
+    host.write("/boot/grub/grub.cfg", grub_cfg(tmp_path, [rel, new]))
+    f = host.finding("kernel.version", kernel_min_version="6.12")
+    assert f["status"] == "drift", f
+    pin = f["fix"]["pin"]
+    assert pin["tool"] == "grub" and pin["release"] == rel
+    assert pin["grub_default"] == ("gnulinux-advanced-5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f>"
+                                   f"gnulinux-{rel}-advanced-5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f")
+
+
+def grub_cfg(root: Path, kernels: list[str]) -> str:
+    from gpuhost.lab.shims import shimlib
+    return shimlib.grub_cfg(kernels, shimlib.grub_settings(str(root)), shimlib.grub_device(str(root)))
+
+
+# ---- GRUB's default resolved as GRUB does: a held kernel is not a pending reboot ----------
+def test_a_deliberately_held_grub_default_is_not_a_reboot_every_run(tmp_path):
+    old, new = "6.1.0-26-amd64", "6.12.12+bpo-amd64"
+    uuid = "5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+    held = f"gnulinux-advanced-{uuid}>gnulinux-{old}-advanced-{uuid}"
+    host = _render(tmp_path, {"os": {"proxmox_ve": None}, "kernel": {"installed": [old, new]},
+                              "boot": {"loader": "grub", "grub_default": f'"{held}"',
+                                       "cmdline": f"root=UUID={uuid} ro quiet amd_pstate=active iommu=pt"}}, None)
+    facts = host.facts()
+    assert facts["boot"]["running_kernel"] == old, "the lab boots the held entry"
+    assert facts["boot"]["default_kernel"] == old
+    assert host.finding("kernel.reboot_pending")["status"] == "pass"
+
+
+def test_a_grub_reboot_trial_boot_is_pending_not_stale(tmp_path):
+    old, new = "6.1.0-26-amd64", "6.12.12+bpo-amd64"
+    uuid = "5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+    host = _render(tmp_path, {"os": {"proxmox_ve": None}, "kernel": {"installed": [old, new]},
+                              "boot": {"loader": "grub", "grub_default": f'"gnulinux-advanced-{uuid}>gnulinux-{old}-advanced-{uuid}"',
+                                       "cmdline": f"root=UUID={uuid} ro quiet amd_pstate=active iommu=pt"}}, None)
+    # grub-reboot writes next_entry into grubenv: used once by the next boot
+    host.write("/boot/grub/grubenv", f"# GRUB Environment Block\nnext_entry=gnulinux-advanced-{uuid}>gnulinux-{new}-advanced-{uuid}\n")
+    f = host.finding("kernel.reboot_pending")
+    assert f["status"] == "pending_reboot" and "once" in f["message"], f
+
+
+# ---- no second reboot for a finding the first did not clear -------------------------------
+def test_a_finding_gpuhosts_last_reboot_did_not_clear_is_manual(tmp_path):
+    host = _render(tmp_path, {"boot": {"cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active"}}, None)
+    host.write("/etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active iommu=pt\n")
+    first = host.judge()
+    assert first["iommu.mode"]["status"] == "pending_reboot"
+    record = controls.reboot_record(first, "a-boot-before-this-one", "2026-12-02T03:00:00Z")
+    assert set(record["findings"]) >= {"iommu.mode"}
+    host.write("/var/lib/gpuhost/last-reboot.json", json.dumps(record))
+    after = host.judge()
+    assert after["iommu.mode"]["status"] == "manual", after["iommu.mode"]
+    assert "second reboot will not help" in after["iommu.mode"]["message"]
+    assert not reboots(after)
+    # the same record, written in this very boot (the reboot has not happened): still pending
+    this_boot = host.facts()["boot"]["boot_id"]
+    host.write("/var/lib/gpuhost/last-reboot.json", json.dumps({**record, "boot_id": this_boot}))
+    assert host.finding("iommu.mode")["status"] == "pending_reboot"
+
+
+# ---- a container keeps its GPUs -----------------------------------------------------------
+def test_an_allow_for_nvidia_uvm_is_kept_while_the_module_is_not_loaded(tmp_path):
+    # after a host boot nothing has loaded nvidia-uvm yet: 508 is not in /proc/devices
+    host = _render(tmp_path, {"nvidia": {"char_majors": {"nvidia": 195, "nvidia-caps": 236}}}, None)
+    assert "508" not in host.facts()["nvidia"]["char_devices"]
+    f = host.finding("lxc.gpu_passthrough")
+    assert f["status"] == "manual" and "lxc.gpu_nodes" in f["message"], f
+    assert not f["fix"], "never deletes the allow nor restarts the container"
+
+
+DEV_CT = """arch: amd64
+hostname: infer
+dev0: /dev/nvidia0,gid=44
+dev1: /dev/nvidiactl,gid=44
+dev2: /dev/nvidia-uvm,gid=44
+dev3: /dev/nvidia-uvm-tools,gid=44
+"""
+
+
+def test_a_devn_container_is_not_given_mig_caps_it_does_not_use(tmp_path):
+    host = _render(tmp_path, ct(DEV_CT), None)
+    f = host.finding("lxc.gpu_passthrough")
+    assert f["status"] == "pass", f
+
+
+def test_a_devn_for_a_node_the_host_lacks_is_never_added(tmp_path):
+    host = _render(tmp_path, {**ct("arch: amd64\nhostname: infer\ndev0: /dev/nvidia0,gid=44\ndev1: /dev/nvidiactl,gid=44\n"),
+                              "nvidia": {"char_majors": {"nvidia": 195, "nvidia-caps": 236}}}, None)
+    assert not (tmp_path / "dev/nvidia-uvm").exists()
+    f = host.finding("lxc.gpu_passthrough")
+    assert f["status"] == "manual" and "/dev/nvidia-uvm" in f["message"], f
+    assert not f["fix"]
+
+
+def test_an_allow_line_with_a_trailing_comment_passes(tmp_path):
+    text = CT_MOUNTS.replace("c 195:* rwm", "c 195:* rwm # nvidia").replace("c 508:* rwm", "c 508:* rwm # nvidia-uvm")
+    host = _render(tmp_path, ct(text), None)
+    assert host.finding("lxc.gpu_passthrough")["status"] == "pass"
+
+
+# ---- reboot loops: what a boot cannot apply is never pending_reboot -----------------------
+def test_shared_memory_cppc_on_6_8_gets_amd_pstate_active_not_a_bare_reboot(tmp_path):
+    # a Threadripper PRO 5000WX workstation (shared-memory CPPC, no cpuinfo cppc) on PVE 8's 6.8
+    host = _render(tmp_path, {**PVE8_68, "firmware": {"cpu_family": 25, "cppc_interface": "shared_memory",
+                                                       "acpi_pm_profile": 3,
+                                                       "model_name": "AMD Ryzen Threadripper PRO 5975WX 32-Cores"},
+                              "boot": {"cmdline": ROOT_ARGS + " iommu=pt"}}, None)
+    facts = host.facts()
+    assert facts["cpufreq"]["driver"] == "acpi-cpufreq", "6.5-6.10 skip shared-memory designs without amd_pstate="
+    f = host.finding("cpu.driver")
+    assert f["status"] == "drift" and f["fix"].get("cmdline_set") == {"amd_pstate": "active"}, f
+
+
+def test_intel_pstate_boots_in_powersave_so_a_hand_set_governor_is_drift(tmp_path):
+    host = _render(tmp_path, {**INTEL, "cpu": {"governor_default": "schedutil"}}, None)
+    for gov in tmp_path.glob("sys/devices/system/cpu/cpufreq/policy*/scaling_governor"):
+        assert gov.read_text().strip() == "powersave"
+        gov.write_text("performance\n")            # the operator's echo, gone at the next boot
+        (gov.parent / "energy_performance_preference").write_text("performance\n")
+    f = host.finding("cpu.governor")
+    assert f["status"] == "drift" and "nothing sets it at boot" in f["message"], f
+
+
+# ---- missed drift ---------------------------------------------------------------------------
+PVE9 = {"os": {"version_id": "13", "codename": "trixie", "pretty_name": "Debian GNU/Linux 13 (trixie)",
+               "proxmox_ve": "9.0.3"}}
+
+
+def test_sysctl_conf_does_nothing_on_debian_13(tmp_path):
+    conf = "kernel.numa_balancing = 0\n"
+    trixie = _render(tmp_path / "trixie", {**PVE9, "sysctl_default": {"kernel.numa_balancing": 1}},
+                     write("/etc/sysctl.conf", conf))
+    assert not (tmp_path / "trixie/etc/sysctl.d/99-sysctl.conf").is_symlink()
+    f = trixie.finding("numa.balancing")
+    assert f["status"] == "drift" and f["observed"] == "1", f
+    bookworm = _render(tmp_path / "bookworm", {"sysctl_default": {"kernel.numa_balancing": 1}},
+                       write("/etc/sysctl.conf", conf))
+    assert bookworm.finding("numa.balancing")["status"] == "pass"
+
+
+def test_pve9_still_booting_a_pinned_6_8_is_behind(tmp_path):
+    host = _render(tmp_path, {**PVE9, "kernel": {"installed": [RUNNING, "6.14.8-1-pve"], "pinned": RUNNING}}, None)
+    f = host.finding("kernel.version")
+    assert f["status"] != "na" and f["expected"] == ">= 6.14", f
+
+
+# ---- maintenance: series metapackages, never one ABI image ---------------------------------
+def test_debian_installs_the_backports_metapackage(tmp_path):
+    host = _render(tmp_path, {"os": {"proxmox_ve": None}, "kernel": {"installed": ["6.1.0-26-amd64"]},
+                              "boot": {"loader": "grub", "cmdline": "root=UUID=5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f ro quiet "
+                                                                   "amd_pstate=active iommu=pt"}}, None)
+    f = host.finding("kernel.version", kernel_min_version="6.12")
+    assert f["status"] == "drift"
+    assert f["fix"]["packages"] == ["linux-image-amd64", "linux-headers-amd64"]
+    assert f["fix"]["default_release"] == "bookworm-backports"
+
+
+def test_ubuntu_installs_the_hwe_series(tmp_path):
+    host = _render(tmp_path, {"os": {"id": "ubuntu", "version_id": "24.04", "codename": "noble",
+                                     "pretty_name": "Ubuntu 24.04.1 LTS", "proxmox_ve": None},
+                              "kernel": {"installed": ["6.8.0-45-generic"]},
+                              "boot": {"loader": "grub", "cmdline": "quiet splash amd_pstate=active iommu=pt"}}, None)
+    f = host.finding("kernel.version", kernel_min_version="6.14")
+    assert f["status"] == "drift" and f["fix"]["packages"] == ["linux-generic-hwe-24.04"], f
+
+
+# ---- real data read right -------------------------------------------------------------------
+def test_a_gpu_that_fell_off_the_bus_is_an_error_never_a_register_to_fix(tmp_path):
+    gpu = {**BASE["nvidia"]["gpus"][0], "health": {"off_bus": True}}
+    host = _render(tmp_path, {"nvidia": {"gpus": [gpu]}}, None)
+    raw = (tmp_path / "sys/bus/pci/devices/0000:01:00.0/config").read_bytes()
+    assert raw[:4] == b"\xff\xff\xff\xff", "the lab reads a dead GPU's config space as all ones"
+    for cid in ("pcie.mrrs", "pcie.link"):
+        f = host.finding(cid)
+        assert f["status"] == "error", f
+        assert "does not answer" in f["message"] and "0000:01:00.0" in f["message"] and "0000:00:01.1" in f["message"]
+        assert not f["fix"]
+
+
+def test_etc_kernel_cmdline_counts_its_first_line_only(tmp_path):
+    host = _render(tmp_path, {}, None)
+    host.write("/etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active iommu=pt\n"
+                                      "# notes: try pcie_aspm=off\nnosmt\n")
+    assert host.facts()["boot"]["persisted_cmdline"] == "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active iommu=pt"
+    assert host.finding("kernel.reboot_pending")["status"] == "pass"
+
+
+def test_a_quoted_value_and_an_unbalanced_quote_never_fail_the_host(tmp_path):
+    host = _render(tmp_path, {"boot": {"cmdline": 'root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active iommu=pt '
+                                                  'acpi_osi="Windows 2015"'}}, None)
+    assert host.finding("kernel.reboot_pending")["status"] == "pass"
+    host.write("/etc/kernel/cmdline", 'root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active iommu=pt acpi_osi="Windows\n')
+    findings = host.judge()
+    assert [cid for cid, f in findings.items() if f["status"] == "error"] == [], findings
+    assert findings["kernel.reboot_pending"]["status"] == "pending_reboot"
