@@ -53,9 +53,12 @@ def test_intel_grub_full_cycle_with_inventory_variables_and_a_waiver(make_lab, t
     # GRUB: gpuhost's drop-in carries its parameters; the main file lost intel_pstate=disable
     assert "iommu=pt" in lab.out("intel-grub", "cat /etc/default/grub.d/gpuhost.cfg")
     assert "intel_pstate" not in lab.out("intel-grub", "cat /etc/default/grub")
-    assert lab.out("intel-grub", "cat /proc/sys/kernel/osrelease") == "6.12.9-amd64"
-    assert lab.out("intel-grub", "dpkg-query -W -f='${Status}' linux-headers-6.12.9-amd64") == "install ok installed"
-    assert lab.out("intel-grub", "ls /boot/vmlinuz-*").split() == ["/boot/vmlinuz-6.1.0-26-amd64", "/boot/vmlinuz-6.12.9-amd64"]
+    assert lab.out("intel-grub", "cat /proc/sys/kernel/osrelease") == "6.12.9+bpo-amd64"
+    # the series metapackages, which keep the host on the backports series' updates
+    for package in ("linux-image-amd64", "linux-headers-amd64", "linux-headers-6.12.9+bpo-amd64"):
+        assert lab.out("intel-grub", f"dpkg-query -W -f='${{Status}}' {package}") == "install ok installed"
+    assert lab.out("intel-grub", "ls /boot/vmlinuz-*").split() == ["/boot/vmlinuz-6.1.0-26-amd64",
+                                                                   "/boot/vmlinuz-6.12.9+bpo-amd64"]
 
     disk = lab.disk("intel-grub")
     again = gpuhost("fix", "-i", str(inv), "--yes", "--reboot", "if-needed")

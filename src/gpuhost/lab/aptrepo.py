@@ -45,11 +45,31 @@ fi
 """
 
 
-def build_package(name: str, release: str, out_dir: Path, config: str = "") -> Path:
+def concrete_packages(name: str, release: str) -> list[str]:
+    """The ABI-versioned packages a series metapackage depends on, as the distributions name
+    them (pve-kernel debian/control.in: proxmox-kernel-X.Y -> proxmox-kernel-<release>;
+    Debian linux-image-<flavour> -> linux-image-<release>; Ubuntu linux-generic-hwe-<ver> ->
+    image, headers and linux-modules-extra of the release); [] for a package that names its
+    release itself."""
+    if release in name:
+        return []
+    if name.startswith("proxmox-"):
+        return [f"proxmox-{'headers' if is_headers(name) else 'kernel'}-{release}"]
+    if re.match(r"^linux-[a-z]+-hwe-", name):
+        return [f"linux-image-{release}", f"linux-headers-{release}", f"linux-modules-extra-{release}"]
+    return [f"linux-{'headers' if is_headers(name) else 'image'}-{release}"]
+
+
+def build_package(name: str, release: str, out_dir: Path, config: str = "", depends: list[str] | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="gpuhost-deb-") as tmp:
         root = Path(tmp)
         (root / "DEBIAN").mkdir()
-        if is_headers(name):
+        if depends is not None or "modules-extra" in name:
+            # a metapackage (only its Depends) or linux-modules-extra (drivers the lab has none of)
+            (root / "usr/share/doc" / name).mkdir(parents=True)
+            (root / "usr/share/doc" / name / "README").write_text(f"{name} (gpuhost lab)\n")
+            desc = f"{'Metapackage' if depends else 'Extra modules'} for {release} (gpuhost lab)"
+        elif is_headers(name):
             src = root / f"usr/src/linux-headers-{release}"
             src.mkdir(parents=True)
             (src / "Makefile").write_text(f"# headers for {release} (gpuhost lab)\nVERSION = {release}\n")
@@ -78,7 +98,7 @@ def build_package(name: str, release: str, out_dir: Path, config: str = "") -> P
             desc = f"Proxmox Kernel Image {release} (gpuhost lab)"
         control = (f"Package: {name}\nVersion: {deb_version(release)}\nArchitecture: all\n"
                    f"Maintainer: gpuhost lab <lab@gpuhost.invalid>\nSection: kernel\nPriority: optional\n"
-                   f"Description: {desc}\n")
+                   + (f"Depends: {', '.join(depends)}\n" if depends else "") + f"Description: {desc}\n")
         (root / "DEBIAN/control").write_text(control)
         deb = out_dir / f"{name}_{deb_version(release)}_all.deb"
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(root), str(deb)],
@@ -86,12 +106,20 @@ def build_package(name: str, release: str, out_dir: Path, config: str = "") -> P
         return deb
 
 
-def build_repository(repository: dict[str, str], out_dir: Path, config: str = "") -> Path:
-    """Build a flat repository (``deb [trusted=yes] file:DIR ./``) in *out_dir*."""
+def build_repository(repository: dict[str, str], out_dir: Path, config: str = "", suite: str = "lab") -> Path:
+    """Build a flat repository (``deb [trusted=yes] file:DIR ./``) in *out_dir*: each
+    series metapackage with the versioned packages it depends on. *suite* names it as apt's
+    -t selects it; a `-backports` suite is NotAutomatic like Debian's backports."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stanzas = []
+    packages: dict[str, tuple[str, list[str] | None]] = {}
     for name, release in sorted(repository.items()):
-        deb = build_package(name, release, out_dir, config)
+        deps = concrete_packages(name, release)
+        for dep in deps:
+            packages.setdefault(dep, (release, None))
+        packages[name] = (release, deps or None)
+    for name, (release, deps) in sorted(packages.items()):
+        deb = build_package(name, release, out_dir, config, deps)
         control = subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True).stdout
         data = deb.read_bytes()
         stanzas.append(control.rstrip("\n") + f"\nFilename: ./{deb.name}\nSize: {len(data)}\n"
@@ -99,8 +127,9 @@ def build_repository(repository: dict[str, str], out_dir: Path, config: str = ""
     packages = "\n".join(stanzas).encode()
     (out_dir / "Packages").write_bytes(packages)
     date = time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime())
-    release = ("Origin: gpuhost-lab\nLabel: gpuhost-lab\nSuite: lab\nCodename: lab\nArchitectures: all amd64\n"
-               f"Date: {date}\n"
+    backports = "NotAutomatic: yes\nButAutomaticUpgrades: yes\n" if suite.endswith("-backports") else ""
+    release = (f"Origin: gpuhost-lab\nLabel: gpuhost-lab\nSuite: {suite}\nCodename: {suite}\nArchitectures: all amd64\n"
+               f"Date: {date}\n{backports}"
                f"Description: gpuhost lab kernel packages\nSHA256:\n {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n")
     (out_dir / "Release").write_text(release)
     return out_dir

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -69,6 +70,7 @@ class Machine:
         self.on_reboot = on_reboot
         self.on_container_restart = on_container_restart
         self.cpus = topology(spec)
+        self.btime = int(time.time()) + 1
         self.driver = boot.cpufreq_driver
         self.status = boot.amd_pstate_status
         self.governor = {t.cpu: boot.governor for t in self.cpus}
@@ -351,6 +353,7 @@ class Machine:
         t.attr("proc/cpuinfo", self._cpuinfo())
         t.attr("proc/devices", self._proc_devices())
         t.attr("proc/meminfo", self._meminfo())
+        t.attr("proc/stat", self._proc_stat())
         for key in self.sysctl:
             t.attr("proc/sys/" + key.replace(".", "/"), lambda key=key: text(self.sysctl[key]),
                    lambda v, key=key: self._write_sysctl(key, v))
@@ -456,6 +459,13 @@ class Machine:
         out = "Character devices:\n" + "".join(f"{m:3d} {n}\n" for m, n in sorted(chars.items()))
         out += "\nBlock devices:\n  7 loop\n  8 sd\n 253 device-mapper\n 259 blkext\n"
         return out.encode()
+
+    def _proc_stat(self) -> bytes:
+        """/proc/stat (Documentation/filesystems/proc.rst): btime is this boot's start, later
+        than every file the boot read, so "changed before this boot" can be told."""
+        cpus = "".join(f"cpu{t.cpu} 0 0 0 0 0 0 0 0 0 0\n" for t in self.cpus)
+        return (f"cpu  0 0 0 0 0 0 0 0 0 0\n{cpus}intr 0\nctxt 0\nbtime {self.btime}\nprocesses 1\n"
+                "procs_running 1\nprocs_blocked 0\nsoftirq 0 0 0 0 0 0 0 0 0 0 0\n").encode()
 
     def _meminfo(self) -> bytes:
         kb = self.spec.memory_mib * 1024

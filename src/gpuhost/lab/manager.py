@@ -244,7 +244,9 @@ def _prepare(layout: LabLayout, specs, spec_paths: list[str], addrs: list[str]) 
         pub = layout.host_key(spec.hostname).with_suffix(".pub").read_text().split()
         known.append(f"{addr} {pub[0]} {pub[1]}\n")
         if isinstance(spec, HostSpec):
-            build_repository(spec.kernel.repository, layout.repo(spec.hostname), kernel_config(spec))
+            # Debian's newer kernel series come from <codename>-backports; the lab's repository is that suite
+            suite = f"{spec.os.codename}-backports" if spec.os.id == "debian" and not spec.is_proxmox else "lab"
+            build_repository(spec.kernel.repository, layout.repo(spec.hostname), kernel_config(spec), suite)
     layout.known_hosts.write_text("".join(known))
     hosts = [{"name": s.hostname, "kind": s.kind, "addr": a,
               "parent": s.parent if isinstance(s, GuestSpec) else None} for s, a in zip(specs, addrs, strict=True)]
