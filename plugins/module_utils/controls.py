@@ -549,6 +549,9 @@ def numa_balancing(h: Host) -> Finding:
         msg += f" and the next boot sets {next_value or 'the kernel default'}" + (f" ({src})" if src else "")
         if by_cmdline and persisted is not None:
             msg += ", over numa_balancing=disable on the command line"
+        if any(a["key"] == "kernel.numa_balancing" for a in sysctl.get("sysctl_conf_unapplied") or []):
+            # systemd-sysctl reads only sysctl.d; Debian 13 ships no 99-sysctl.conf link to it
+            msg += "; /etc/sysctl.conf sets it, but nothing applies that file at boot here (no /etc/sysctl.d/99-sysctl.conf)"
     return Finding(cid, "drift", live, "0", msg, fix=fix)
 
 

@@ -202,12 +202,19 @@ class Probe:
                 if m and m.group(1).replace("/", ".") in WATCHED_SYSCTLS:
                     key = m.group(1).replace("/", ".")
                     persisted[key] = m.group(2).strip()
-                    sources[key] = rel
+                    sources[key] = rel if rel == real else "%s -> %s" % (rel, real)
                     assignments.append({"key": key, "value": m.group(2).strip(), "name": name, "path": rel,
                                         "real_path": real, "line": n})
                     contents[real] = text
+        # what /etc/sysctl.conf sets that no boot applies (no 99-sysctl.conf link: Debian 13)
+        unapplied = []
+        if "99-sysctl.conf" not in files:
+            for line in (self.read("/etc/sysctl.conf") or "").splitlines():
+                m = re.match(r"^\s*-?\s*([\w./-]+)\s*=\s*(.*)$", line)
+                if m and not line.lstrip().startswith(("#", ";")) and m.group(1).replace("/", ".") in WATCHED_SYSCTLS:
+                    unapplied.append({"key": m.group(1).replace("/", "."), "value": m.group(2).strip()})
         return {"live": live, "persisted": persisted, "sources": sources, "assignments": assignments,
-                "contents": contents}
+                "contents": contents, "sysctl_conf_unapplied": unapplied}
 
     def probe_boot(self):
         cmdline = self.read1("/proc/cmdline")

@@ -152,8 +152,8 @@ def test_container_config_with_snapshots_is_fixed_in_its_main_section_only(make_
     assert snap_after == snap_before, "snapshot sections are never touched"
     assert "c 509:* rwm" not in main_after and "lxc.cgroup2.devices.allow: c 508:* rwm" in main_after
     assert main_after.count("c 508:*") == 1, "the stale major is replaced, not joined by a second"
-    for node in ("nvidia-uvm-tools", "nvidia-caps"):
-        assert f"/dev/{node} dev/{node}" in main_after
+    assert "/dev/nvidia-uvm-tools dev/nvidia-uvm-tools" in main_after
+    assert "nvidia-caps" not in main_after, "caps are for MIG only: never added"
     kept = [l for l in main_before.splitlines() if "509" not in l]
     assert all(l in main_after.splitlines() for l in kept), "every other line is kept byte for byte"
     assert lab.out("pve-gpu1", "ls /var/backups/gpuhost/ | grep -c '^129.conf'") == "1"
@@ -236,7 +236,7 @@ def test_containers_restart_only_when_told(make_lab):
     plain = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "lxc.gpu_passthrough")
     assert plain.rc == 0 and plain.changed("pve-gpu1") == {"lxc.gpu_passthrough"}
     assert lab.status("llm-two")["boot_id"] == boot, "no restart unless told"
-    lab.ssh("pve-gpu1", "sed -i '/nvidia-caps/d' /etc/pve/lxc/129.conf")
+    lab.ssh("pve-gpu1", "sed -i '/nvidia-uvm-tools/d' /etc/pve/lxc/129.conf")
     inv = inventory_with(lab, {"pve-gpu1": {"gpuhost_lxc_restart": True}})
     told = gpuhost("fix", "-i", str(inv), "--yes", "--controls", "lxc.gpu_passthrough")
     assert told.rc == 0 and told.changed("pve-gpu1") == {"lxc.gpu_passthrough"}
