@@ -20,7 +20,7 @@ description:
     does), so the audit needs no second task per host.
   - Read-only; supports check mode (which is how gpuhost audits).
   - Without I(settings), the settings come from the host's own C(gpuhost_*) variables
-    (the role gpuhost.stack.common's, see its argument_specs), each checked exactly first:
+    (the role gpuhost.stack.common's, see its argument_specs), each checked exactly first;
     bad input fails the host with one line naming the variable, and nothing is read.
 options:
   settings:
@@ -56,9 +56,9 @@ ansible_facts:
 """
 
 import datetime
+import time
 
 from ansible.module_utils.parsing.convert_bool import boolean
-
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain, reboot_record
@@ -136,7 +136,8 @@ class ActionModule(ActionBase):
                                      # what a reboot now would be for, written on the host before it
                                      "gpuhost_reboot_record": reboot_record(
                                          findings, (facts.get("boot") or {}).get("boot_id"),
-                                         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")),
+                                         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                         int(time.time())),
                                      "gpuhost_summary": summary, **({"gpuhost": facts} if args.get("facts") else {})})
         if report:
             host = task_vars.get("inventory_hostname")

@@ -61,8 +61,11 @@ CATALOG: tuple[Control, ...] = (
             ("pve-docs: qm-pci-passthrough", "kernel-parameters.txt: iommu=pt, iommu.passthrough")),
     Control("kernel.version", "The running kernel is at least the minimum", "kernel", True, "yes",
             "Old kernels lack amd_pstate defaults for Zen 5 and scheduler fixes the GPUs' feeding threads need; "
-            "the new kernel is the flavour running now and never booted without an NVIDIA module built for it",
-            ("pve-docs: system-booting", "dkms(8)")),
+            "the new kernel comes from the distribution's series metapackage in the flavour running now (so it keeps "
+            "getting updates), and a kernel without an NVIDIA module built for it is never booted nor left as the "
+            "boot loader's default",
+            ("pve-docs: system-booting", "proxmox-kernel-helper: proxmox-boot-tool kernel pin", "dkms(8)",
+             "grub-mkconfig: util/grub.d/00_header.in, 10_linux.in")),
     Control("kernel.reboot_pending", "The kernel and command line the boot loader will start next are the running ones",
             "kernel", False, "-",
             "A fix that waits for a reboot has not taken effect yet", ("pve-docs: system-booting", "proxmox-boot-tool")),
@@ -73,9 +76,10 @@ CATALOG: tuple[Control, ...] = (
             "Without persistence the driver tears GPU state down between clients and re-initialises it on the next",
             ("NVIDIA driver persistence documentation", "nvidia-persistenced(1)", "systemd.unit(5): drop-ins")),
     Control("lxc.gpu_passthrough", "Containers can use the GPUs they are given: current majors, control nodes", "lxc", True, "container",
-            "A stale nvidia-uvm major or a missing nvidia-uvm-tools/nvidia-caps node breaks CUDA inside the container; "
-            "which GPUs a container gets is the operator's choice and never changed",
-            ("pct.conf(5)", "pve-container: src/PVE/LXC.pm (devN)")),
+            "A stale nvidia-uvm major or a missing nvidia-uvm-tools node breaks CUDA inside the container; an allow is "
+            "stale only when /proc/devices gives its module another major, a devN: is added only for a node that "
+            "exists, and which GPUs a container gets is the operator's choice and never changed",
+            ("pct.conf(5)", "pve-container: src/PVE/LXC.pm (devN)", "Documentation/admin-guide/devices.txt")),
     Control("storage.scheduler", "Every non-rotational disk uses the none I/O scheduler", "storage", True, "no",
             "NVMe devices have their own queues; a software scheduler only adds latency to model loading",
             ("Documentation/block/blk-mq.rst",)),
@@ -654,32 +658,36 @@ def kernel_version(h: Host) -> Finding:
     cid = "kernel.version"
     minimum = kernel_minimum(h)
     running = h.boot.get("running_kernel")
-    if minimum is None:
-        return na(cid, "no minimum kernel set (gpuhost_kernel_min_version) and not Proxmox VE 8 or 9")
-    if not KERNEL_SERIES.match(minimum):
+    if minimum is not None and not KERNEL_SERIES.match(minimum):
         # the CLI's inventory check refuses it first; a playbook that skips the check still
         # never hands it to apt or a shell
         return error(cid, f"gpuhost_kernel_min_version is not a kernel version like \"6.14\": {minimum!r}")
     if running is None:
-        return error(cid, "cannot read the running kernel")
-    if at_least(running, minimum):
-        return Finding(cid, "pass", running, f">= {minimum}", f"running {running}")
+        return error(cid, "cannot read the running kernel") if minimum else \
+            na(cid, "no minimum kernel set (gpuhost_kernel_min_version) and not Proxmox VE 8 or 9")
     default = h.boot.get("default_kernel")
-    flavor = kernel_flavor(running)
-    candidates = [k for k in h.boot.get("installed_kernels") or [] if at_least(k, minimum) and kernel_flavor(k) == flavor]
-    unbuilt = [k for k in candidates if module_missing_for(h, k)]
     pin = pin_fix(h, running)
+    want = f">= {minimum}" if minimum else "a kernel with the NVIDIA module boots next"
     if default and default != running and module_missing_for(h, default):
-        # never left as any boot loader's default: whoever reboots next would lose the GPUs
+        # never left as any boot loader's default, whatever installed it (an unattended update
+        # whose dkms build failed too): whoever reboots next would lose the GPUs
+        once = " once (a one-time boot)" if h.boot.get("boot_once") else ""
         if pin is None:
-            return Finding(cid, "manual", running, f">= {minimum}",
-                           f"{default} boots next but the NVIDIA driver is not built for it (no nvidia.ko in "
+            return Finding(cid, "manual", running, want,
+                           f"{default} boots next{once} but the NVIDIA driver is not built for it (no nvidia.ko in "
                            f"/lib/modules/{default}), and gpuhost cannot pin {running} here (no GRUB entry id for it): "
                            "make the running kernel the boot loader's default, then install a driver that supports "
                            f"{default}")
-        return Finding(cid, "drift", running, f">= {minimum}",
-                       f"{default} boots next but the NVIDIA driver is not built for it (no nvidia.ko in "
+        return Finding(cid, "drift", running, want,
+                       f"{default} boots next{once} but the NVIDIA driver is not built for it (no nvidia.ko in "
                        f"/lib/modules/{default}): pin the running kernel {running}, which has it", fix={"pin": pin})
+    if minimum is None:
+        return na(cid, "no minimum kernel set (gpuhost_kernel_min_version) and not Proxmox VE 8 or 9")
+    if at_least(running, minimum):
+        return Finding(cid, "pass", running, f">= {minimum}", f"running {running}")
+    flavor = kernel_flavor(running)
+    candidates = [k for k in h.boot.get("installed_kernels") or [] if at_least(k, minimum) and kernel_flavor(k) == flavor]
+    unbuilt = [k for k in candidates if module_missing_for(h, k)]
     if unbuilt:
         return Finding(cid, "manual", running, f">= {minimum}",
                        f"{unbuilt[-1]} is installed but the NVIDIA driver did not build for it (no nvidia.ko in "
@@ -692,8 +700,10 @@ def kernel_version(h: Host) -> Finding:
     headers = bool(h.boot.get("nvidia_dkms"))
     fix = {"series": minimum, "proxmox": is_pve, "headers": headers, "flavor": flavor, "running": running,
            "check_nvidia_module": drives_gpus_now(h), "pin": pin,
-           # a pin of an older kernel the operator set: lifted once the new kernel proves it has the module
-           "unpin": bool(h.boot.get("permanent_pin")) and not at_least(h.boot.get("permanent_pin"), minimum)}
+           # a pin of an older kernel (the operator's, or gpuhost's own GRUB pin from a build that
+           # failed before): lifted once the new kernel proves it has the module
+           "unpin": (bool(h.boot.get("permanent_pin")) and not at_least(h.boot.get("permanent_pin"), minimum))
+           or bool(h.boot.get("gpuhost_grub_pin"))}
     chosen = series_packages(h, minimum, flavor, headers)
     if chosen is None:
         return Finding(cid, "manual", running, f">= {minimum}",
@@ -748,9 +758,12 @@ def pin_fix(h: Host, release: str | None) -> dict | None:
     GRUB_DEFAULT drop-in naming the entry by id elsewhere; None where neither can."""
     if not release:
         return None
-    if (h.section("os") or {}).get("proxmox_ve") or h.boot.get("loader") in ("systemd-boot", "grub-esp"):
-        return {"release": release, "tool": "proxmox-boot-tool"}
     entry = (h.boot.get("grub_entries") or {}).get(release)
+    if h.boot.get("loader") in ("systemd-boot", "grub-esp") or (
+            (h.section("os") or {}).get("proxmox_ve") and (entry is None or ">" in entry)):
+        # proxmox-boot-tool's pin on a host without ESPs writes gnulinux-advanced-<id>>...: right
+        # only with GRUB's submenu (GRUB_DISABLE_SUBMENU=true breaks it; gpuhost's own pin then)
+        return {"release": release, "tool": "proxmox-boot-tool"}
     if h.boot.get("loader") == "grub" and entry:
         return {"release": release, "tool": "grub", "grub_default": entry}
     return None
@@ -1262,10 +1275,26 @@ def reboot_signature(finding: Finding | dict) -> str:
     return json.dumps([f.get("control"), f.get("expected"), f.get("message")], sort_keys=True, default=str)
 
 
-def reboot_record(findings: dict[str, dict], boot_id: str | None, when: str) -> dict:
+def reboot_record(findings: dict[str, dict], boot_id: str | None, when: str, epoch: int | None = None) -> dict:
     """What gpuhost's reboot play writes on the host just before it reboots it."""
-    return {"boot_id": boot_id, "time": when,
+    return {"boot_id": boot_id, "time": when, "epoch": epoch,
             "findings": {cid: reboot_signature(f) for cid, f in findings.items() if f.get("status") == "pending_reboot"}}
+
+
+# the boot gpuhost's reboot brings up starts within this long of the record (a reboot waits
+# at most gpuhost_reboot_timeout, 600 s by default); a later boot is somebody else's
+REBOOT_WINDOW_S = 3600
+
+
+def rebooted_by_gpuhost(h: Host, last: dict) -> bool:
+    """The running boot is the one gpuhost's last reboot brought up (not the boot it was
+    written in, not a boot weeks later)."""
+    if not last.get("boot_id") or last.get("boot_id") == h.boot.get("boot_id"):
+        return False
+    epoch, btime = last.get("epoch"), h.boot.get("boot_time")
+    if isinstance(epoch, (int, float)) and btime:
+        return epoch - 60 <= btime <= epoch + REBOOT_WINDOW_S
+    return True
 
 
 def hold_reboot(h: Host, finding: Finding) -> None:
@@ -1279,7 +1308,7 @@ def hold_reboot(h: Host, finding: Finding) -> None:
         return
     last = h.boot.get("last_reboot") or {}
     sig = (last.get("findings") or {}).get(finding.control)
-    if sig and last.get("boot_id") and last.get("boot_id") != h.boot.get("boot_id") and sig == reboot_signature(finding):
+    if sig and rebooted_by_gpuhost(h, last) and sig == reboot_signature(finding):
         finding.status, finding.reboot_required = "manual", False
         finding.message = (f"{finding.message}; gpuhost rebooted this host for this at {last.get('time', '?')} and that "
                            "boot did not apply it: a second reboot will not help (check the boot loader, firmware and "

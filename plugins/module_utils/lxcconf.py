@@ -44,6 +44,7 @@ class Passthrough:
     devn: list[str] = field(default_factory=list)         # devN: nodes, as targets (dev/nvidia0)
     devn_options: str = ""                                # what follows the path on the first nvidia devN
     max_dev_index: int = -1
+    refused: list[str] = field(default_factory=list)      # allow lines LXC cannot parse
 
     @property
     def nodes(self) -> list[str]:
@@ -98,6 +99,11 @@ def inspect(vmid: str, text: str) -> Passthrough:
                 pt.allow_all = True
             elif m.group(1):
                 pt.allowed.append(int(m.group(1)))
+                if "#" in line and len(m.group(3)) < 3:
+                    # LXC's rule parser reads up to three access letters, and a space there is
+                    # an error (cgfsng.c device_cgroup_parse_access): "rwm # x" works, "rw # x"
+                    # stops the container from starting
+                    pt.refused.append(line)
             continue
         if V1_ALLOW_RE.match(line):
             continue                 # cgroup v1 keys: no effect on PVE 7+ (pure cgroup v2)
@@ -196,12 +202,14 @@ def blockers(pt: Passthrough, devices: dict[int, str], dev_nodes: list[str] | No
     """Why the repair cannot be proven right on this host now (a person or lxc.gpu_nodes
     acts first): a module whose major is unknown, a devN: node that does not exist."""
     majors = nvidia_majors(devices)
+    refused = [f"LXC cannot parse {line!r} (a comment after fewer than three access letters): the container "
+               "does not start" for line in pt.refused]
     absent = [m for m in pt.allowed if m in DYNAMIC and m not in devices]
     unsure = absent or (pt.style == "mount" and not pt.allow_all)
     out = [f"{m} is not loaded, so its major is unknown" + (f" (the allow of {', '.join(map(str, absent))} may be its own)"
                                                             if absent else "")
            + ": load it at boot before the containers start (lxc.gpu_nodes)"
-           for m in unknown_modules(pt, majors) if unsure]
+           for m in unknown_modules(pt, majors) if unsure] + refused
     if pt.style == "dev" and dev_nodes is not None:
         missing = [n for n in required_nodes(majors, pt.style) if not _has_node(pt, n) and "/" + n not in dev_nodes]
         if missing:

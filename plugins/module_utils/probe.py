@@ -255,6 +255,8 @@ class Probe:
                 "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
                 "pinned_kernel": next_pin or pin, "permanent_pin": pin, "boot_once": once,
                 "grub_entries": self.grub_entry_ids() if loader == "grub" else {},
+                # gpuhost's own GRUB_DEFAULT pin (kernel.version, hosts without proxmox-boot-tool)
+                "gpuhost_grub_pin": os.path.exists(self.p("/etc/default/grub.d/zz-gpuhost-kernel-pin.cfg")),
                 "kernels_with_headers": headers, "grub_default": grub_default,
                 "last_reboot": self.last_reboot(), "boot_id": self.read1("/proc/sys/kernel/random/boot_id"),
                 "default_governor": dict((k, c[0]) for k, c in configs.items()),
@@ -298,14 +300,17 @@ class Probe:
         (proxmox-boot-tool writes them at the refresh), else on plain GRUB what grub.cfg
         selects as GRUB does (grub-reboot's next_entry once, else GRUB_DEFAULT or the saved
         entry), else the newest installed."""
-        if next_pin and next_pin in installed:
-            return next_pin, True
-        if pin and pin in installed:
-            return pin, False
         if loader == "grub":
+            # plain GRUB boots what grub.cfg and grubenv select: a proxmox-boot-tool pin counts
+            # only as the GRUB_DEFAULT its update-grub wrote there (grub-reboot's next_entry,
+            # a later grub.d file, a failed update-grub all win over the pin file)
             chosen, once = grub_default_kernel(self.read("/boot/grub/grub.cfg"), self.read("/boot/grub/grubenv"))
             if chosen in installed:
                 return chosen, once
+        elif next_pin and next_pin in installed:
+            return next_pin, True
+        elif pin and pin in installed:
+            return pin, False
         return (installed[-1] if installed else None), False
 
     def grub_entry_ids(self):

@@ -174,6 +174,9 @@ class App:
 
     def extravars(self) -> dict:
         ev = {"gpuhost_controls": self.o.controls} if self.o.controls else {}
+        # the CLI reboots hosts itself, one at a time and only with --reboot if-needed: the
+        # roles' handler (gpuhost_reboot_ok, for playbooks of the user's own) never does here
+        ev["gpuhost_reboot_ok"] = False
         return ev
 
     # ---- running ----------------------------------------------------------------------------

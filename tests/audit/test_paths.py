@@ -494,3 +494,15 @@ def test_two_fixes_at_once_reboot_a_host_once_and_fail_nothing(make_lab, tmp_pat
     assert not changed[0] & changed[1], "one run changed each thing; the other found it done"
     assert changed[0] | changed[1] == {"numa.balancing", "iommu.mode", "pcie.mrrs"}
     assert lab.status("pve-gpu1")["boots"] == boots + 1, "one reboot between the two runs"
+
+
+def test_reboot_ok_in_the_inventory_never_reboots_a_plain_fix(make_lab):
+    """gpuhost_reboot_ok is for the roles in a user's own playbook: under the CLI only
+    --reboot if-needed reboots, one host at a time."""
+    lab = make_lab(SEED_HOST)
+    inv = inventory_with(lab, {"pve-gpu1": {"gpuhost_reboot_ok": True}})
+    boot = lab.status("pve-gpu1")["boot_id"]
+    fix = gpuhost("fix", "-i", str(inv), "--yes", "--controls", "cpu.driver,iommu.mode")
+    assert fix.report is not None, fix.stderr[-2000:]
+    assert fix.status("pve-gpu1") == {"cpu.driver": "pending_reboot", "iommu.mode": "pending_reboot"}
+    assert lab.status("pve-gpu1")["boot_id"] == boot, "rebooted without --reboot if-needed"

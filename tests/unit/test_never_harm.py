@@ -135,8 +135,14 @@ def test_a_finding_gpuhosts_last_reboot_did_not_clear_is_manual(tmp_path):
     assert "second reboot will not help" in after["iommu.mode"]["message"]
     assert not reboots(after)
     # the same record, written in this very boot (the reboot has not happened): still pending
-    this_boot = host.facts()["boot"]["boot_id"]
-    host.write("/var/lib/gpuhost/last-reboot.json", json.dumps({**record, "boot_id": this_boot}))
+    boot = host.facts()["boot"]
+    host.write("/var/lib/gpuhost/last-reboot.json", json.dumps({**record, "boot_id": boot["boot_id"]}))
+    assert host.finding("iommu.mode")["status"] == "pending_reboot"
+    # gpuhost's reboot a minute before this boot started: that boot did not apply it
+    host.write("/var/lib/gpuhost/last-reboot.json", json.dumps({**record, "epoch": boot["boot_time"] - 60}))
+    assert host.finding("iommu.mode")["status"] == "manual"
+    # a record from weeks before this boot: somebody else's boot since, the finding is new again
+    host.write("/var/lib/gpuhost/last-reboot.json", json.dumps({**record, "epoch": boot["boot_time"] - 30 * 86400}))
     assert host.finding("iommu.mode")["status"] == "pending_reboot"
 
 
@@ -275,3 +281,19 @@ def test_a_quoted_value_and_an_unbalanced_quote_never_fail_the_host(tmp_path):
     findings = host.judge()
     assert [cid for cid, f in findings.items() if f["status"] == "error"] == [], findings
     assert findings["kernel.reboot_pending"]["status"] == "pending_reboot"
+
+
+def test_an_update_whose_dkms_build_failed_is_pinned_away_with_no_minimum_set(tmp_path):
+    """Debian/Ubuntu with no kernel minimum: an unattended kernel update that the driver did
+    not build for is GRUB's new default; kernel.version pins the running kernel anyway."""
+    rel, new = "6.8.0-45-generic", "6.8.0-49-generic"
+    host = _render(tmp_path, {"os": {"id": "ubuntu", "version_id": "24.04", "codename": "noble",
+                                     "pretty_name": "Ubuntu 24.04.1 LTS", "proxmox_ve": None},
+                              "kernel": {"installed": [rel]},
+                              "boot": {"loader": "grub", "cmdline": "quiet splash amd_pstate=active iommu=pt"}}, None)
+    install_kernel(host, new, module=False)
+    host.write("/boot/grub/grub.cfg", grub_cfg(tmp_path, [rel, new]))
+    findings = host.judge()
+    f = findings["kernel.version"]
+    assert f["status"] == "drift" and f["fix"]["pin"]["tool"] == "grub" and f["fix"]["pin"]["release"] == rel, f
+    assert not reboots(findings)

@@ -215,3 +215,10 @@ def test_a_devn_is_added_only_for_a_node_that_exists_on_the_host():
     assert "caps" not in fixed
     blocked = lxcconf.blockers(pt, DEVICES, ["/dev/nvidia0", "/dev/nvidiactl"])
     assert blocked and "/dev/nvidia-uvm" in blocked[0] and "not exist" in blocked[0]
+
+
+def test_an_allow_whose_comment_lxc_cannot_parse_is_for_a_person():
+    text = SEED_CT.replace("lxc.cgroup2.devices.allow: c 195:* rwm", "lxc.cgroup2.devices.allow: c 195:* rw # nvidia")
+    pt = lxcconf.inspect("129", text)
+    (why,) = lxcconf.blockers(pt, DEVICES, [])
+    assert "cannot parse" in why and "rw # nvidia" in why
