@@ -534,6 +534,12 @@ def numa_balancing(h: Host) -> Finding:
         if not have or sysctl.get("contents", {}).get(NUMA_DROPIN["path"]) != NUMA_DROPIN["content"]:
             fix["file"] = NUMA_DROPIN
         files: dict[str, dict] = {}
+        unreadable = sorted({a["real_path"] for a in later_numa_settings(sysctl)
+                             if "\ufffd" in sysctl["contents"].get(a["real_path"], "")})
+        if unreadable:
+            return Finding(cid, "manual", live, "0",
+                           f"{', '.join(unreadable)} sets kernel.numa_balancing after gpuhost's drop-in and has bytes "
+                           "that are not UTF-8: gpuhost does not edit it; set it to 0 there by hand")
         for a in later_numa_settings(sysctl):
             src = a["real_path"]
             # a vendor file is shadowed by one of the same name in /etc/sysctl.d, never edited
@@ -1180,6 +1186,11 @@ def lxc_gpu_passthrough(h: Host) -> Finding:
             continue
         if blocked:             # never delete an allow or add a devN: it cannot prove right
             manual.append(f"{vmid}: " + "; ".join(blocked) + (" (" + ", ".join(probs) + ")" if probs else ""))
+            continue
+        if "\ufffd" in (text or ""):
+            # read as UTF-8 with replacement: an edit computed from it would change those bytes
+            manual.append(f"{vmid}: " + ", ".join(probs) + " (the config has bytes that are not UTF-8: gpuhost does "
+                                                          "not edit it)")
             continue
         if not lxcconf.repairable(pt):
             manual.append(f"{vmid}: given no /dev/nvidiaN (" + ", ".join(probs) + "); which GPUs it gets is yours to say")

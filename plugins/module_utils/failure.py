@@ -16,6 +16,14 @@ def _last_line(text) -> str:
 def describe(res: dict | None) -> str:
     """*res*: a task's result (an event's ``res``, a rescue's ``ansible_failed_result``)."""
     res = res or {}
+    failed_items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if failed_items:
+        # a loop: what the item that failed said, not Ansible's "One or more items failed"
+        item = failed_items[0]
+        label = (item.get("ansible_loop_var") and item.get(item["ansible_loop_var"])) or item.get("item")
+        if isinstance(label, dict):
+            label = label.get("path") or label.get("name")
+        return ((f"{label}: " if label else "") + describe({k: v for k, v in item.items() if k != "results"}))[:_MAX]
     msg = str(res.get("msg") or "").strip()
     late = _TIMED_OUT.search(msg)
     if late:

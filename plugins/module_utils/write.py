@@ -12,17 +12,44 @@ import time
 BACKUP_DIR = "/var/backups/gpuhost"
 
 
+def link_refusal(path):
+    """Why gpuhost must not write *path* (None when it may): a symbolic link there is an
+    administrator's decision (a unit masked with a link to /dev/null, a file that lives
+    elsewhere) and writing through or over it would change what it points to or undo it."""
+    if os.path.islink(path):
+        return "%s is a symbolic link to %s (a masked unit, or a file kept elsewhere): gpuhost does not write " \
+               "through or over it" % (path, os.readlink(path))
+    return None
+
+
+def safe_dir(directory, mode=0o700):
+    """*directory*, made if missing, refused when it is a symbolic link or not root's own:
+    root never writes into a place another user can redirect."""
+    if os.path.islink(directory):
+        raise OSError("%s is a symbolic link: gpuhost does not write through it" % directory)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode)
+    st = os.lstat(directory)
+    if os.geteuid() == 0 and (st.st_uid != 0 or st.st_mode & 0o022):
+        raise OSError("%s is not root's own (owner %d, mode %o): gpuhost does not write there"
+                      % (directory, st.st_uid, st.st_mode & 0o7777))
+    return directory
+
+
 def backup(path, backup_dir=BACKUP_DIR):
     """Copy *path* (content, mode, times) to *backup_dir* under a timestamped name; return it.
-    A second change in the same second keeps the first copy."""
-    if not os.path.isdir(backup_dir):
-        os.makedirs(backup_dir, 0o700)
+    A second change in the same second keeps the first copy. The copy is a new file
+    (O_EXCL|O_NOFOLLOW): a link planted at its name is never written through."""
+    safe_dir(backup_dir)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     name = os.path.join(backup_dir, "%s.%s" % (os.path.basename(path), stamp))
     target, n = name, 1
-    while os.path.exists(target):
+    while os.path.lexists(target):
         target, n = "%s.%d" % (name, n), n + 1
-    shutil.copy2(path, target)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+        shutil.copyfileobj(src, out)
+    shutil.copystat(path, target)
     return target
 
 
@@ -32,16 +59,25 @@ def write_atomic(module, path, content, new_mode=None):
     renamed over it: atomic_move keeps the old file's owner, mode and SELinux context. The
     temporary file never outlives a failure, which matters most in /etc/pve, whose every
     file Proxmox replicates to the cluster. *new_mode*: the mode of a file made new."""
+    refusal = link_refusal(path)
+    if refusal:
+        module.fail_json(msg=refusal, path=path)
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         os.makedirs(directory)
     existed = os.path.exists(path)
     tmp = os.path.join(directory, ".%s.gpuhost-tmp" % os.path.basename(path))
     try:
-        with open(tmp, "w") as f:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)          # a leftover, or a link planted at the name: never written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w", newline="", encoding="utf-8", errors="surrogateescape") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
+        if existed:
+            st = os.stat(path)
+            os.chmod(tmp, st.st_mode & 0o7777)
         module.atomic_move(tmp, path)
     finally:
         if os.path.lexists(tmp):

@@ -187,8 +187,10 @@ def _grub_order(path):
 
 
 def read(path):
+    # newline="": CRLF line ends come back as they are (text mode would turn them into LF);
+    # surrogateescape: bytes that are not UTF-8 are written back unchanged
     try:
-        with open(path) as f:
+        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except IOError:
         return None
@@ -272,9 +274,14 @@ def main():
                   diff=[dict(before_header=p, after_header=p, before=b, after=a) for p, (b, a) in files.items()])
     if files and not module.check_mode:
         existed = dict((path, os.path.exists(path)) for path in files)
+        try:
+            # every copy first: a backup that cannot be made safely means no edit at all
+            for path in files:
+                if module.params["backup"] and existed[path]:
+                    result["backup_file"] = backup(path)
+        except OSError as exc:
+            module.fail_json(msg="nothing changed: %s" % exc, changed=False)
         for path, (_, text) in files.items():
-            if module.params["backup"] and existed[path]:
-                result["backup_file"] = backup(path)
             write_atomic(module, path, text)
         rc, out, err = module.run_command(refresh)
         if rc != 0:

@@ -40,7 +40,7 @@ linked: {description: the wants link made, returned: when made, type: str}
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, write_atomic
+from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, link_refusal, write_atomic
 
 
 def main():
@@ -51,10 +51,14 @@ def main():
     p = module.params
     path, content = p["path"], p["content"]
     try:
-        with open(path) as f:
+        # byte for byte: CRLF and bytes that are not UTF-8 read back as they are
+        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as f:
             before = f.read()
     except IOError:
         before = None
+    refusal = link_refusal(path)
+    if refusal:
+        module.fail_json(msg=refusal, path=path)
     result = dict(changed=False, path=path)
     diffs = []
     if before != content:
@@ -62,7 +66,10 @@ def main():
         diffs.append(dict(before_header=path, after_header=path, before=before or "", after=content))
         if not module.check_mode:
             if before is not None and p["backup_dir"]:
-                result["backup_file"] = backup(path, p["backup_dir"])
+                try:
+                    result["backup_file"] = backup(path, p["backup_dir"])
+                except OSError as exc:     # a backup that cannot be made safely: no change either
+                    module.fail_json(msg=str(exc), path=path)
             write_atomic(module, path, content, None if before is not None else int(p["mode"], 8))
     if p["wanted_by"]:
         link = "/etc/systemd/system/%s.wants/%s" % (p["wanted_by"], os.path.basename(path))

@@ -90,6 +90,13 @@ def at_least(release, series):
     return tuple(int(x) for x in re.findall(r"\d+", release)[:len(want)]) >= want
 
 
+def safe_backup(module, path):
+    try:
+        backup(path)
+    except OSError as exc:
+        module.fail_json(msg="nothing changed: %s" % exc)
+
+
 def run(module, argv):
     rc, out, err = module.run_command(argv, data="", binary_data=True)
     if rc != 0:
@@ -161,7 +168,7 @@ def pin(module, spec):
             return once
         if not module.check_mode:
             if os.path.exists(GRUB_PIN):
-                backup(GRUB_PIN)
+                safe_backup(module, GRUB_PIN)
             write_atomic(module, GRUB_PIN, content, 0o644)
             grub_update(module)
             chosen = grub_selects()
@@ -182,7 +189,7 @@ def unpin(module):
     if os.path.exists(GRUB_PIN):
         changed = True
         if not module.check_mode:
-            backup(GRUB_PIN)
+            safe_backup(module, GRUB_PIN)
             os.unlink(GRUB_PIN)
             grub_update(module)
     return changed

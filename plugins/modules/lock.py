@@ -47,6 +47,7 @@ import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuhost.stack.plugins.module_utils.write import safe_dir
 
 POLL_S = 0.5
 
@@ -80,7 +81,7 @@ def stale(lock, path, max_age):
 
 
 def try_create(path, record):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(record, f)
 
@@ -88,7 +89,11 @@ def try_create(path, record):
 def acquire(module):
     p = module.params
     path = p["path"]
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    try:
+        # root never creates its lock in a directory another user can redirect (a link at /run/gpuhost)
+        safe_dir(os.path.dirname(path))
+    except OSError as exc:
+        module.fail_json(msg=str(exc))
     token = uuid.uuid4().hex
     record = {"token": token, "holder": p["holder"], "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "boot_id": boot_id()}

@@ -234,17 +234,18 @@ class App:
 
     def finish(self, mode: str, hosts: dict[str, dict], before: dict[str, dict] | None = None) -> int:
         report = rep.build(mode, self.started, hosts, before)
+        shown = rep.printable(report)       # host data never drives the terminal nor breaks XML
         if self.o.format == "oneline":
-            terminal.oneline(report, self.console)
+            terminal.oneline(shown, self.console)
         else:
-            terminal.render(report, self.console)
+            terminal.render(shown, self.console)
         json_path = self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json"
         rep.write_json(report, json_path)
         if self.o.junit:
-            junit.write(report, self.o.junit)
+            junit.write(shown, self.o.junit)
         if self.o.html:
             from . import htmlreport    # jinja2 only when asked for
-            htmlreport.write(report, self.o.html)
+            htmlreport.write(shown, self.o.html)
         if self.o.prom:
             from . import metrics       # prometheus_client only when asked for
             metrics.write(report, self.o.prom)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,25 @@ SCHEMA = "gpuhost.report/v1"
 # worst first: what needs a person (error, manual) before what gpuhost fixes (drift)
 SEVERITY = ("unreachable", "error", "manual", "drift", "pending_reboot", "waived")
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+# What a host says (an idle-state name, a driver version, a config line) must not drive the
+# operator's terminal (ESC sequences: cursor moves, erased lines, window titles) nor make a
+# JUnit file that is not XML: C0 controls but tab and newline, DEL and the C1 range are shown
+# as \xHH. The JSON report keeps the text as it was (JSON escapes every control character).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(value):
+    """*value* (a report, or any part of it) with every string made safe to show."""
+    if isinstance(value, str):
+        return _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group()) if ord(m.group()) < 0x100
+                            else "\\u%04x" % ord(m.group()), value)
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
 
 
 def now() -> str:

@@ -506,3 +506,36 @@ def test_reboot_ok_in_the_inventory_never_reboots_a_plain_fix(make_lab):
     assert fix.report is not None, fix.stderr[-2000:]
     assert fix.status("pve-gpu1") == {"cpu.driver": "pending_reboot", "iommu.mode": "pending_reboot"}
     assert lab.status("pve-gpu1")["boot_id"] == boot, "rebooted without --reboot if-needed"
+
+
+def test_links_and_crlf_on_the_host_are_respected(make_lab, tmp_path):
+    """A masked unit (a link to /dev/null) is not replaced or enabled; a backup directory
+    that is a link is not written through; a CRLF /etc/default/grub, which Debian's own
+    grub-mkconfig cannot source, comes back byte for byte with the failure named.
+    (A container config with bytes that are not UTF-8: tests/unit/test_never_harm.py.)"""
+    spec = spec_variant(tmp_path, SPECS / "intel-grub.yml", "intel.yml",
+                        lambda d: d["boot"].__setitem__("cmdline", d["boot"]["cmdline"] + " intel_pstate=disable"))
+    lab = make_lab(spec)
+    host = "intel-grub"
+    lab.ssh(host, "sed -i 's/$/\\r/' /etc/default/grub && ln -s /dev/null /etc/systemd/system/gpuhost-cpu-cstates.service")
+    lines = lab.out(host, "wc -l < /etc/default/grub")
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "cpu.driver,cpu.cstates")
+    assert fix.status(host)["cpu.cstates"] == "error", fix.stderr[-2000:]
+    assert "symbolic link to /dev/null" in fix.finding(host, "cpu.cstates")["message"]
+    assert lab.out(host, "readlink /etc/systemd/system/gpuhost-cpu-cstates.service") == "/dev/null", "the mask stays"
+    assert lab.ssh(host, "test -e /etc/systemd/system/multi-user.target.wants/gpuhost-cpu-cstates.service",
+                   check=False).returncode != 0, "a masked unit is never enabled"
+    # Debian's own grub-mkconfig cannot source a CRLF /etc/default/grub (the shell reads \r as part
+    # of each line): the edit is undone byte for byte and the failure named, nothing half-done
+    driver = fix.finding(host, "cpu.driver")
+    assert driver["status"] == "error" and "update-grub failed" in driver["message"], driver
+    grub = lab.ssh(host, "cat /etc/default/grub").stdout
+    crs = lab.out(host, "tr -cd '\\r' < /etc/default/grub | wc -c")
+    assert "intel_pstate=disable" in grub and crs == lines, "restored, every CRLF kept"
+
+    lab.ssh(host, "mkdir -p /tmp/elsewhere && rm -rf /var/backups/gpuhost && ln -s /tmp/elsewhere /var/backups/gpuhost "
+                  "&& printf 'kernel.numa_balancing = 1\\n' >> /etc/sysctl.conf")
+    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "numa.balancing")
+    assert fix.status(host)["numa.balancing"] == "error", fix.stderr[-2000:]
+    assert "symbolic link" in fix.finding(host, "numa.balancing")["message"]
+    assert lab.out(host, "ls -A /tmp/elsewhere") == "", "nothing written through the link"

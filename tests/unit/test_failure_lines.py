@@ -24,3 +24,11 @@ def test_a_module_failure_keeps_its_message_and_adds_stderr_it_does_not_contain(
         "MODULE FAILURE: OSError: [Errno 30] Read-only file system"
     assert describe({"msg": "refresh failed: E: boom", "stderr": "E: boom"}) == "refresh failed: E: boom"
     assert describe({}) == "failed"
+
+
+def test_a_loop_says_what_its_failing_item_said():
+    res = {"msg": "One or more items failed", "results": [
+        {"failed": False, "item": {"path": "/etc/a"}},
+        {"failed": True, "item": {"path": "/etc/sysctl.conf"}, "ansible_loop_var": "item",
+         "msg": "/var/backups/gpuhost is a symbolic link: gpuhost does not write through it"}]}
+    assert describe(res) == "/etc/sysctl.conf: /var/backups/gpuhost is a symbolic link: gpuhost does not write through it"

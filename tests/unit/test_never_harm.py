@@ -297,3 +297,14 @@ def test_an_update_whose_dkms_build_failed_is_pinned_away_with_no_minimum_set(tm
     f = findings["kernel.version"]
     assert f["status"] == "drift" and f["fix"]["pin"]["tool"] == "grub" and f["fix"]["pin"]["release"] == rel, f
     assert not reboots(findings)
+
+
+def test_a_container_config_with_bytes_that_are_not_utf8_is_not_edited(tmp_path):
+    stale = CT_MOUNTS.replace("c 508:*", "c 509:*")
+    host = _render(tmp_path, {**ct(stale), "nvidia": {"char_majors": {"nvidia": 195, "nvidia-uvm": 508,
+                                                                        "nvidia-caps": 236}}}, None)
+    assert host.finding("lxc.gpu_passthrough")["status"] == "drift"
+    conf = next(tmp_path.glob("etc/pve/nodes/*/lxc/129.conf"))
+    conf.write_bytes(b"#Caf\xe9 inference box (Latin-1)\n" + stale.encode())
+    f = host.finding("lxc.gpu_passthrough")
+    assert f["status"] == "manual" and "not UTF-8" in f["message"] and not f["fix"], f

@@ -111,3 +111,27 @@ def test_the_cli_explains_itself():
     assert "audit" in bash and "--controls" in bash and "--prom" in bash
     zsh = gpuhost_cli("--print-completion", "zsh").stdout
     assert zsh.startswith("#compdef gpuhost")
+
+
+def test_host_data_never_drives_the_terminal_nor_breaks_junit(tmp_path):
+    """An idle-state name or driver version with ESC[1A ESC[2K, a title-setting OSC, NUL,
+    DEL and an 8-bit CSI reach the screen and the JUnit file as visible text."""
+    from gpuhost.app import App, Options
+
+    hostile = "C6\x1b[1A\x1b[2K\x1b]0;pwned\x07 \x00\x7f\x9b31m"
+    hosts = fleet.fleet_hosts(1, "audit")
+    name = next(iter(hosts))
+    hosts[name]["findings"]["cpu.cstates"].update(status="drift", message=f"{hostile} enabled", observed=hostile)
+    out = io.StringIO()
+    console = Console(file=out, width=160, color_system=None)
+    app = App(Options(json=str(tmp_path / "r.json"), junit=str(tmp_path / "r.xml")), console=console,
+              err=Console(file=io.StringIO()))
+    app.finish("audit", hosts)
+    screen = out.getvalue()
+    assert not any(c in screen for c in "\x1b\x00\x07\x7f\x9b"), repr(screen)
+    assert "C6\\x1b[1A\\x1b[2K" in screen
+    xmlschema.XMLSchema(str(XSD)).validate(str(tmp_path / "r.xml"))
+    assert "\\x1b]0;pwned\\x07" in (tmp_path / "r.xml").read_text()
+    raw = json.loads((tmp_path / "r.json").read_text())
+    messages = [f["message"] for f in raw["hosts"][name]["findings"]]
+    assert f"{hostile} enabled" in messages, "the JSON report keeps what the host said (JSON escapes it)"
