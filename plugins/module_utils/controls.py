@@ -1204,7 +1204,9 @@ def lxc_gpu_passthrough(h: Host) -> Finding:
             manual.append(f"{vmid}: " + ", ".join(probs) + f" (the repair was refused: {unreadable})")
             continue
         broken.append(f"{vmid}: " + ", ".join(probs))
-        files.append({"path": f"/etc/pve/lxc/{vmid}.conf", "content": fixed, "vmid": vmid})
+        # the repair is computed again on the host, under Proxmox's config lock, from what the
+        # file holds then: a line added since this audit is never lost
+        files.append({"path": f"/etc/pve/lxc/{vmid}.conf", "vmid": vmid, "preview": fixed})
     if not given:
         return na(cid, "no container is given GPUs")
     expected = "the GPUs each container is given usable: current majors, control nodes"
@@ -1216,7 +1218,9 @@ def lxc_gpu_passthrough(h: Host) -> Finding:
     msg = "container " + ", ".join(f["vmid"] for f in files) + " needs its passthrough fixed, then a restart"
     if manual:
         msg += "; and by hand: " + "; ".join(manual)
-    return Finding(cid, "drift", "; ".join(broken + manual), expected, msg, fix={"files": files})
+    return Finding(cid, "drift", "; ".join(broken + manual), expected, msg,
+                   fix={"lxc": files, "lxc_devices": {str(k): v for k, v in devices.items() if v.startswith("nvidia")},
+                        "lxc_dev_nodes": nv.get("dev_nodes")})
 
 
 # By property, never by name: at boot every non-rotational disk that offers `none` gets it,

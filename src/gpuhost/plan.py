@@ -48,6 +48,8 @@ def changes(finding: dict) -> list[str]:
         out.append(f"write {fix['file']['path']}")
     for f in fix.get("files") or []:
         out.append(f"write {f['path']}")
+    for f in fix.get("lxc") or []:
+        out.append(f"repair {f['path']} under Proxmox's config lock (a copy in /var/backups/gpuhost)")
     if fix.get("unit"):
         out.append(f"install and enable the boot unit {fix['unit']['name']}")
     out += _runtime(fix.get("runtime") or [])

@@ -539,3 +539,46 @@ def test_links_and_crlf_on_the_host_are_respected(make_lab, tmp_path):
     assert fix.status(host)["numa.balancing"] == "error", fix.stderr[-2000:]
     assert "symbolic link" in fix.finding(host, "numa.balancing")["message"]
     assert lab.out(host, "ls -A /tmp/elsewhere") == "", "nothing written through the link"
+
+
+def test_a_container_config_is_repaired_from_what_it_holds_under_proxmoxs_lock(make_lab, tmp_path):
+    """The repair is made on the host under pve-container's config lock, from the config as it
+    is then: a line added after the audit is kept; a config with `lock: backup` is not touched."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import ROOT
+
+    lab = make_lab(SEED_HOST)
+    conf = "/etc/pve/lxc/129.conf"
+    play = tmp_path / "repair.yml"
+    play.write_text(
+        "- hosts: pve-gpu1\n  gather_facts: false\n  tasks:\n"
+        "    - gpuhost.stack.lxc_config:\n        vmid: 129\n"
+        "        devices: {'195': nvidia, '508': nvidia-uvm, '236': nvidia-caps}\n"
+        "        dev_nodes: []\n")
+
+    def run():
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), str(play)],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+    # the audit judged the config; then pct set (or the GUI) added a mount point
+    audit = gpuhost("audit", "-i", str(lab.inventory), "--controls", "lxc.gpu_passthrough")
+    assert audit.status("pve-gpu1") == {"lxc.gpu_passthrough": "drift"}
+    lab.ssh("pve-gpu1", f"sed -i '0,/^\\[/{{s/^hostname: .*/&\\nmp0: \\/tank\\/models,mp=\\/models/}}' {conf}")
+    assert "mp0: /tank/models,mp=/models" in lab.out("pve-gpu1", f"cat {conf}")
+    locked = lab.out("pve-gpu1", f"cat {conf}")
+    lab.ssh("pve-gpu1", f"sed -i 's/^hostname: .*/&\\nlock: backup/' {conf}")
+    held = run()
+    assert held.returncode != 0 and "is locked (backup" in held.stdout, held.stdout[-2000:]
+    lab.ssh("pve-gpu1", f"sed -i '/^lock: backup$/d' {conf}")
+    assert lab.out("pve-gpu1", f"cat {conf}") == locked, "a locked config is not touched"
+    done = run()
+    assert done.returncode == 0, done.stdout[-2000:]
+    after = lab.out("pve-gpu1", f"cat {conf}")
+    assert "mp0: /tank/models,mp=/models" in after, "the line added after the audit is kept"
+    assert "c 509:" not in after and "dev/nvidia-uvm-tools" in after
+    assert run().stdout.count("changed=0") == 1, "a second repair changes nothing"

@@ -17,7 +17,7 @@ def test_the_seed_hosts_plan_names_every_file_value_register_package_and_paramet
     assert mrrs[0] == "install and enable the boot unit gpuhost-pcie-mrrs.service"
     assert mrrs[1].startswith("set PCI register CAP_EXP+8.w to 5000 (bits 7000) on 0000:01:00.0 [10de:")
     assert mrrs[1].count("[10de:") == 8, "all eight GPUs, by address and vendor:device"
-    assert plan["lxc.gpu_passthrough"] == ["write /etc/pve/lxc/129.conf"]
+    assert plan["lxc.gpu_passthrough"] == ["repair /etc/pve/lxc/129.conf under Proxmox's config lock (a copy in /var/backups/gpuhost)"]
     assert "write none to /sys/block/nvme1n1/queue/scheduler" in plan["storage.scheduler"]
     assert all(plan[c] for c in plan), "every drift has a change to show"
 

@@ -1,0 +1,127 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: repair one Proxmox container config's GPU passthrough, under PVE's lock."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: lxc_config
+short_description: Repair a container config's GPU passthrough lines under Proxmox's config lock
+description:
+  - Takes the lock pve-container takes for a config change (an exclusive flock on
+    /run/lock/lxc/pve-config-VMID.lock), reads /etc/pve/lxc/VMID.conf as it is now, and
+    computes the repair from that text, so a line another tool added since the audit
+    (C(pct set), the GUI) is kept.
+  - Refuses a config that holds a C(lock) (a backup, migration or snapshot in progress), that
+    is not UTF-8, or whose repair cannot be proven right now (a module whose major is
+    unknown, a devN node that does not exist); the repair is checked as pve-container reads a
+    config before a byte is written, then written atomically with a copy in the backup
+    directory.
+  - Supports check mode and diff.
+options:
+  vmid: {description: The container, type: int, required: true}
+  devices: {description: "Char majors of the host now (major -> name, from /proc/devices)", type: dict, required: true}
+  dev_nodes: {description: The /dev/nvidia* nodes on the host now, type: list, elements: str}
+  lock_timeout: {description: Seconds to wait for Proxmox's config lock, type: int, default: 60}
+  backup_dir: {description: Where to keep a copy of the config before changing it, type: path,
+               default: /var/backups/gpuhost}
+author: gpuhost
+"""
+
+EXAMPLES = r"""
+- name: lxc.gpu_passthrough | repair container 129
+  gpuhost.stack.lxc_config:
+    vmid: 129
+    devices: {"195": nvidia, "508": nvidia-uvm}
+"""
+
+RETURN = r"""
+backup_file: {description: the copy kept, returned: when changed, type: str}
+"""
+
+import fcntl
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
+from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, link_refusal, write_atomic
+
+LOCK_DIR = "/run/lock/lxc"          # pve-container: PVE::LXC::Config->config_file_lock
+
+
+def take_lock(module, vmid, timeout):
+    if not os.path.isdir(LOCK_DIR):
+        os.makedirs(LOCK_DIR, 0o755)
+    fd = os.open(os.path.join(LOCK_DIR, "pve-config-%d.lock" % vmid), os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except (IOError, OSError):
+            if time.monotonic() > deadline:
+                os.close(fd)
+                module.fail_json(msg="container %d: Proxmox's config lock is held by another task for more than %d s: "
+                                     "nothing changed" % (vmid, timeout))
+            time.sleep(0.2)
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        vmid=dict(type="int", required=True), devices=dict(type="dict", required=True),
+        dev_nodes=dict(type="list", elements="str"), lock_timeout=dict(type="int", default=60),
+        backup_dir=dict(type="path", default="/var/backups/gpuhost")), supports_check_mode=True)
+    p = module.params
+    vmid = p["vmid"]
+    path = "/etc/pve/lxc/%d.conf" % vmid
+    devices = dict((int(k), str(v)) for k, v in p["devices"].items())
+    refusal = link_refusal(path)
+    if refusal:
+        module.fail_json(msg=refusal)
+    fd = take_lock(module, vmid, p["lock_timeout"])
+    try:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="container %d: cannot read %s: %s" % (vmid, path, exc))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            module.fail_json(msg="%s has bytes that are not UTF-8: gpuhost does not edit it" % path)
+        main_lines, _ = lxcconf.main_section(text)
+        held = [l.split(":", 1)[1].strip() for l in main_lines if re.match(r"^lock\s*:", l)]
+        if held:
+            module.fail_json(msg="container %d is locked (%s: a backup, migration or snapshot in progress): "
+                                 "nothing changed; run the fix again when it is done" % (vmid, held[0]))
+        pt = lxcconf.inspect(str(vmid), text)
+        blocked = lxcconf.blockers(pt, devices, p["dev_nodes"])
+        if blocked:
+            module.fail_json(msg="container %d: %s" % (vmid, "; ".join(blocked)))
+        fixed = lxcconf.repair(text, devices)
+        if fixed == text:
+            module.exit_json(changed=False, path=path)
+        problem = lxcconf.reads_back(text, fixed) or (
+            "still " + ", ".join(lxcconf.problems(lxcconf.inspect(str(vmid), fixed), devices))
+            if lxcconf.problems(lxcconf.inspect(str(vmid), fixed), devices) else None)
+        if problem:
+            module.fail_json(msg="container %d: the repair was refused (%s): nothing changed" % (vmid, problem))
+        result = dict(changed=True, path=path, diff=[dict(before_header=path, after_header=path, before=text,
+                                                          after=fixed)])
+        if not module.check_mode:
+            try:
+                result["backup_file"] = backup(path, p["backup_dir"])
+            except OSError as exc:
+                module.fail_json(msg="nothing changed: %s" % exc)
+            write_atomic(module, path, fixed)
+        module.exit_json(**result)
+    finally:
+        os.close(fd)
+
+
+if __name__ == "__main__":
+    main()
