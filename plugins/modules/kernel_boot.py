@@ -49,8 +49,8 @@ import re
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import kernel_flavor
-from ansible_collections.gpuhost.stack.plugins.module_utils.probe import grub_default_kernel, version_key
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import at_least, kernel_flavor
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe import Probe, grub_default_kernel, version_key
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, write_atomic
 
 PIN_FILE = "/etc/kernel/proxmox-boot-pin"
@@ -72,9 +72,8 @@ def read(path):
 
 
 def module_built(release):
-    """Only a module file proves the next boot has GPUs (a dkms build can fail)."""
-    return any(glob.glob(p % release) for p in ("/lib/modules/%s/updates/dkms/nvidia.ko*", "/lib/modules/%s/*/nvidia.ko*",
-                                               "/lib/modules/%s/*/*/nvidia.ko*", "/lib/modules/%s/*/*/*/nvidia.ko*"))
+    """Only a module file proves the next boot has GPUs (a dkms build can fail): read as the audit reads it."""
+    return Probe("/").nvidia_module_built(release)
 
 
 def newest_of_flavor(flavor):
@@ -85,9 +84,6 @@ def newest_of_flavor(flavor):
     return sorted(found, key=version_key)[-1] if found else None
 
 
-def at_least(release, series):
-    want = tuple(int(x) for x in re.findall(r"\d+", series))
-    return tuple(int(x) for x in re.findall(r"\d+", release)[:len(want)]) >= want
 
 
 def safe_backup(module, path):
