@@ -281,3 +281,16 @@ def test_grub_cfg_is_the_real_grub_mkconfigs_and_the_scenarios_writer_reads_the_
                                          "gnulinux-6.1.0-26-amd64-advanced-2b7c1a62-6c0e-4a4b-9d0e-1f0b8f0a1c11\n"):
         a, b = shimlib.grub_entry(ours, env), shimlib.grub_entry(real, env)
         assert (a[0]["id"], a[1]) == (b[0]["id"], b[1]), env
+
+
+def test_dev_holds_the_nodes_the_driver_made_and_pct_refuses_a_missing_devn_path(make_lab):
+    """Step 9: /dev/nvidia* as the driver makes them (no nvidia-caps without MIG); pct start
+    fails, as Proxmox's does, when a devN: path does not exist on the host."""
+    lab = make_lab(SEED_HOST)
+    nodes = lab.out("pve-gpu1", "ls /dev | grep ^nvidia | sort").split()
+    assert nodes == sorted([f"nvidia{i}" for i in range(8)] + ["nvidiactl", "nvidia-modeset", "nvidia-uvm",
+                                                               "nvidia-uvm-tools"])
+    assert lab.out("pve-gpu1", "stat -c %t:%T /dev/nvidia-uvm") == "1fc:0", "nvidia-uvm's major (508), minor 0"
+    lab.ssh("pve-gpu1", "sed -i 's/^hostname: .*/&\\ndev9: \\/dev\\/nvidia-caps\\/nvidia-cap1/' /etc/pve/lxc/129.conf")
+    res = lab.ssh("pve-gpu1", "pct start 129", check=False)
+    assert res.returncode != 0 and "'/dev/nvidia-caps/nvidia-cap1' does not exist" in res.stderr
