@@ -634,7 +634,8 @@ def kernel_minimum(h: Host) -> str | None:
 # <version>[-<abi>][+<debian tag>][-bpo<N>]-<flavour>: PVE 8's opt-in kernels are backports
 # named 6.14.8-2-bpo12-pve (pve-kernel's bookworm backports), Debian's 6.12.12+bpo-amd64;
 # a backport tag is not part of the flavour.
-FLAVOR_RE = re.compile(r"^\d+(?:\.\d+)*(?:-\d+(?:\.\d+)*)?(?:\+[a-z0-9.~]+)?(?:-bpo\d+)?-([a-z][a-z0-9-]*)$")
+# (Debian's backports before 6.6 put the tag in the ABI: 6.5.0-0.deb12.4-amd64)
+FLAVOR_RE = re.compile(r"^\d+(?:\.\d+)*(?:-\d+(?:\.[0-9a-z]+)*)?(?:\+[a-z0-9.~]+)?(?:-bpo\d+)?-([a-z][a-z0-9-]*)$")
 
 
 def kernel_flavor(release: str | None) -> str | None:

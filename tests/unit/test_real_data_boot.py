@@ -61,6 +61,9 @@ def test_proxmox_6_14_release_names_keep_their_flavour():
         assert re.search(r"(?:Linux version |BOOT_IMAGE=/boot/vmlinuz-)(\S+)", text).group(1) == release
         assert controls.kernel_flavor(release) == "pve"
         assert controls.at_least(release, "6.14")
+    # Debian's backport names, old and new (debian-kernel MR !1524: +deb12 instead of +bpo)
+    for release in ("6.5.0-0.deb12.4-amd64", "6.10.11+bpo-amd64", "6.12.43+deb12-amd64", "6.12.9+bpo-cloud-amd64"):
+        assert controls.kernel_flavor(release) == ("cloud-amd64" if "cloud" in release else "amd64"), release
 
 
 def test_a_config_space_that_reads_all_ones_is_a_dead_device():
