@@ -658,6 +658,13 @@ def module_missing_for(h: Host, release: str | None) -> bool:
     return bool(release) and drives_gpus_now(h) and release in built and not built[release]
 
 
+def next_kernel_without_module(h: Host) -> str | None:
+    """The kernel the boot loader starts next, when it is another one and has no NVIDIA
+    module while this host drives its GPUs: booting it loses them."""
+    nxt, running = h.boot.get("default_kernel"), h.boot.get("running_kernel")
+    return nxt if nxt and nxt != running and module_missing_for(h, nxt) else None
+
+
 KERNEL_SERIES = re.compile(r"^\d+(\.\d+){0,2}$")
 
 
@@ -675,7 +682,7 @@ def kernel_version(h: Host) -> Finding:
     default = h.boot.get("default_kernel")
     pin = pin_fix(h, running)
     want = f">= {minimum}" if minimum else "a kernel with the NVIDIA module boots next"
-    if default and default != running and module_missing_for(h, default):
+    if next_kernel_without_module(h):
         # never left as any boot loader's default, whatever installed it (an unattended update
         # whose dkms build failed too): whoever reboots next would lose the GPUs
         once = " once (a one-time boot)" if h.boot.get("boot_once") else ""
@@ -811,7 +818,7 @@ def kernel_reboot_pending(h: Host) -> Finding:
     running, default = h.boot.get("running_kernel"), h.boot.get("default_kernel")
     observed = {"kernel": running, "cmdline": " ".join(f"{k}={v}" if v else k for k, v in live.items())}
     expected = {"kernel": default, "cmdline": " ".join(f"{k}={v}" if v else k for k, v in persisted.items())}
-    if default and running != default and module_missing_for(h, default):
+    if next_kernel_without_module(h):
         return Finding(cid, "manual", observed, expected,
                        f"the next boot runs {default}, for which the NVIDIA driver is not built: make {running} the "
                        "boot loader's default (kernel.version's fix pins it) or install a driver for it before rebooting")
@@ -1277,8 +1284,8 @@ def plain(value):
 def reboot_blocked(h: Host) -> str | None:
     """Why no reboot may happen now, whatever control waits for one: the kernel the boot
     loader starts next has no NVIDIA module while this host drives its GPUs with it."""
-    nxt, running = h.boot.get("default_kernel"), h.boot.get("running_kernel")
-    if nxt and nxt != running and module_missing_for(h, nxt):
+    nxt = next_kernel_without_module(h)
+    if nxt:
         return (f"the next boot would start {nxt}, which has no NVIDIA module (no nvidia.ko in /lib/modules/{nxt}): "
                 "a reboot would leave the GPUs without a driver")
     return None
