@@ -16,6 +16,10 @@ description:
   - "The lock lives under C(/run), a tmpfs: a reboot clears it. A lock recorded under
     another boot ID, or older than I(max_age) seconds (its run died without giving it
     back), is stale and taken over."
+  - With I(if_busy=return) a held lock is not waited for: the result says C(busy) and who
+    holds it, so the caller (the action plugin of the same name, which waits on the
+    controller) can give back other hosts' locks, or take over a lock whose run it knows is
+    gone (I(take_over)).
   - Taking or giving back the lock changes nothing gpuhost reports (C(changed) is false).
 options:
   state: {description: acquired or released, type: str, choices: [acquired, released], required: true}
@@ -24,6 +28,9 @@ options:
   wait: {description: Seconds to wait for another run's lock, type: int, default: 1800}
   max_age: {description: Seconds after which a lock whose run never gave it back is stale, type: int, default: 14400}
   token: {description: The token acquired returned (state=released), type: str}
+  if_busy: {description: wait for a held lock or return at once saying it is busy, type: str, choices: [wait, return], default: wait}
+  run: {description: "The run taking the lock (controller, uid, id), recorded so that its controller can tell when it is gone", type: dict}
+  take_over: {description: "The id of a run its controller found gone: its lock is stale and replaced", type: str}
 author: gpuhost
 """
 
@@ -39,6 +46,8 @@ RETURN = r"""
 token: {description: the lock's token, returned: when acquired, type: str}
 waited: {description: seconds spent waiting for another run, returned: when acquired, type: float}
 took_over: {description: the stale lock that was replaced, returned: when one was, type: dict}
+busy: {description: another run holds the lock (if_busy=return), returned: always when acquiring, type: bool}
+held: {description: the lock's record (holder, since, run), returned: when busy, type: dict}
 """
 
 import json
@@ -97,25 +106,29 @@ def acquire(module):
     token = uuid.uuid4().hex
     record = {"token": token, "holder": p["holder"], "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "boot_id": boot_id()}
+    if p["run"]:
+        record["run"] = p["run"]
     start = time.monotonic()
     took_over = None
     while True:
         try:
             try_create(path, record)
-            return dict(changed=False, token=token, waited=round(time.monotonic() - start, 1),
+            return dict(changed=False, token=token, busy=False, waited=round(time.monotonic() - start, 1),
                         **({"took_over": took_over} if took_over else {}))
         except FileExistsError:
             pass
         held = read_lock(path)
         if held is None:
             continue                    # given back between the two calls: try again now
-        if stale(held, path, p["max_age"]):
+        if stale(held, path, p["max_age"]) or (p["take_over"] and (held.get("run") or {}).get("id") == p["take_over"]):
             took_over = {k: held.get(k) for k in ("holder", "since")}
             try:
                 os.unlink(path)         # two runs that both see it stale: O_EXCL lets one win
             except FileNotFoundError:
                 pass
             continue
+        if p["if_busy"] == "return":
+            return dict(changed=False, busy=True, held={k: held.get(k) for k in ("holder", "since", "run")})
         if time.monotonic() - start >= p["wait"]:
             module.fail_json(msg="another gpuhost run changes this host: %s holds %s since %s (waited %d s)"
                                  % (held.get("holder", "?"), path, held.get("since", "?"), p["wait"]))
@@ -138,11 +151,14 @@ def main():
                            holder=dict(type="str", default="gpuhost"),
                            wait=dict(type="int", default=1800),
                            max_age=dict(type="int", default=14400),
-                           token=dict(type="str", no_log=False)),
+                           token=dict(type="str", no_log=False),
+                           if_busy=dict(type="str", default="wait", choices=["wait", "return"]),
+                           run=dict(type="dict"),
+                           take_over=dict(type="str")),
         required_if=[("state", "released", ("token",))],
         supports_check_mode=True)
     if module.check_mode:
-        module.exit_json(changed=False, token="", waited=0)     # an audit holds no lock
+        module.exit_json(changed=False, token="", busy=False, waited=0)     # an audit holds no lock
     result = acquire(module) if module.params["state"] == "acquired" else release(module)
     module.exit_json(**result)
 

@@ -20,6 +20,7 @@ GPUHOST_CFG = COLLECTION / "ansible.cfg"
 ENFORCED = {"defaults": {"host_key_checking": "True", "remote_tmp": "/tmp/.ansible-${USER}", "gathering": "explicit",
                          "retry_files_enabled": "False", "stdout_callback": "default"},
             "ssh_connection": {"pipelining": "True"}}
+RUN_GUARD = "gpuhost.stack.run_guard"
 PATH_KEYS = {"private_key_file", "inventory", "roles_path", "collections_path", "collections_paths",
              "vault_password_file", "log_path", "local_tmp", "control_path_dir", "become_password_file",
              "connection_password_file"}
@@ -70,6 +71,9 @@ def merged_config(directory: Path, cwd: Path | None = None) -> Path:
             cfg.add_section(section)
         for key, value in values.items():
             cfg.set(section, key, value)
+    # the operator's callbacks stay; gpuhost's run guard ties the play to its gpuhost process
+    callbacks = [c.strip() for c in cfg.get("defaults", "callbacks_enabled", fallback="").split(",") if c.strip()]
+    cfg.set("defaults", "callbacks_enabled", ", ".join(dict.fromkeys(callbacks + [RUN_GUARD])))
     out = directory / "ansible.cfg"
     with open(out, "w") as f:
         f.write(f"# gpuhost's run settings over {mine or 'no ansible.cfg of the operator'}\n")

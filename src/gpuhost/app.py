@@ -16,9 +16,10 @@ from rich.table import Table
 from . import report as rep
 from . import junit, terminal
 from .controls import BY_ID
+from .runs import end as end_run, register as register_run
 from .plan import changes as plan_changes
 from .inventory import InventoryError, load_and_check
-from .runner import AUDIT_TASK, CHECK_TASK, LOCAL_INVENTORY, PROJECT, PlaybookRun, RunResult
+from .runner import AUDIT_TASK, CHECK_TASK, LOCAL_INVENTORY, LOCK_TASK, PROJECT, PlaybookRun, RunResult
 
 
 class BadInput(ValueError):
@@ -116,6 +117,8 @@ class Progress:
         line = None
         if kind == "runner_on_start":
             self.hosts[host] = task
+            if task == LOCK_TASK:
+                line = "waiting for another run's lock (hosts are taken in name order)"
         elif kind == "runner_on_unreachable":
             self.hosts[host] = "[red]unreachable[/]"
             line = self.hosts[host]
@@ -268,7 +271,7 @@ class App:
 
     def fix(self) -> int:
         inventory = self.inventory()
-        with self.interruptible() as stop:
+        with self.interruptible() as stop, self.registered():
             first = self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit)
             before = self.hosts_from(first, first.hosts)
             plan = {n: [f for f in h["findings"].values() if f["status"] == "drift"] for n, h in before.items()
@@ -282,7 +285,7 @@ class App:
                     return self.finish("fix", before, before)
                 limit = ",".join(plan)
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
-                                   extra={"gpuhost_stop_file": stop, **self.lock_vars()}, playbook="site.yml")
+                                   extra=self.lock_vars(), playbook="site.yml")
                 after.update(self.applied(before, self.hosts_from(result, list(plan))))
                 if self.o.diff:
                     rep.render_diffs(result.diffs, self.console)
@@ -301,7 +304,23 @@ class App:
         import socket
 
         return {"gpuhost_lock_timeout": self.o.lock_timeout, "gpuhost_reboot_timeout": self.o.reboot_timeout,
-                "gpuhost_run_holder": f"gpuhost fix by {getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})"}
+                "gpuhost_run_holder": f"gpuhost fix by {getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})",
+                **({"gpuhost_stop_file": self._handling} if self._handling else {}),
+                **({"gpuhost_run": self._run} if self._run else {})}
+
+    _run: dict | None = None
+
+    @contextlib.contextmanager
+    def registered(self):
+        """This run, registered on the controller for as long as it lives: a host lock it
+        leaves behind when it is killed is stale for the next run at once (module_utils/runs)."""
+        run, fd = register_run()
+        self._run = run
+        try:
+            yield run
+        finally:
+            self._run = None
+            end_run(run, fd)
 
     @staticmethod
     def with_failures(findings: dict, failed: dict[str, str]) -> dict:

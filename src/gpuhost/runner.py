@@ -32,6 +32,7 @@ PLAYBOOKS = PROJECT / "playbooks"
 CHECK_TASK = "Check the inventory"
 AUDIT_TASK = "Read and judge the host"      # the audit action's task in the roles' common
 LOCK_TASK = "Wait for and take the host's lock"
+TRY_LOCK_TASK = "Take the host's lock if it is free"
 LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
 
@@ -108,7 +109,7 @@ class PlaybookRun:
                 return False        # the run is being stopped: bad input is all it says
             if host and host not in seen_hosts and kind in ("runner_on_start", "runner_on_ok", "runner_on_unreachable"):
                 seen_hosts.append(host)
-            if kind == "runner_on_unreachable" and host and data.get("task") == LOCK_TASK:
+            if kind == "runner_on_unreachable" and host and data.get("task") in (LOCK_TASK, TRY_LOCK_TASK):
                 pass        # another run rebooted the host while this one waited: the lock tasks wait for it
             elif kind == "runner_on_unreachable" and host:
                 res = data.get("res") or {}
@@ -157,6 +158,9 @@ class PlaybookRun:
                    [str(COLLECTIONS)] + [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
                    + [str(Path.home() / ".ansible/collections"), "/usr/share/ansible/collections"]),
                "ANSIBLE_NOCOLOR": "1",
+               # the run guard callback: keep this run's host locks live, stop when gpuhost is gone
+               "GPUHOST_RUN_FILE": str((self.extravars.get("gpuhost_run") or {}).get("file") or ""),
+               "GPUHOST_STOP_FILE": str(self.extravars.get("gpuhost_stop_file") or ""),
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
         def cancel() -> bool:
             # bad input on any host stops a read-only run (the audit action checks each host's

@@ -582,3 +582,189 @@ def test_a_container_config_is_repaired_from_what_it_holds_under_proxmoxs_lock(m
     assert "mp0: /tank/models,mp=/models" in after, "the line added after the audit is kept"
     assert "c 509:" not in after and "dev/nvidia-uvm-tools" in after
     assert run().stdout.count("changed=0") == 1, "a second repair changes nothing"
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of *pid*, from /proc (the test's own view of the process tree)."""
+    import os
+
+    kids, found = {}, []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry))
+    todo = [pid]
+    while todo:
+        for kid in kids.get(todo.pop(), []):
+            found.append(kid)
+            todo.append(kid)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _lock_held(lab, host: str) -> bool:
+    return lab.ssh(host, "test -e /run/gpuhost/fix.lock", check=False).returncode == 0
+
+
+def _foreign_lock(lab, host: str) -> None:
+    """A lock of a live run on another controller: this controller cannot judge it, so it waits."""
+    held = ('{"token": "t0", "holder": "gpuhost fix by ops@ctl02 (pid 4242)", "since": "2026-12-01T09:00:00Z", '
+            '"boot_id": "\'$(cat /proc/sys/kernel/random/boot_id)\'", '
+            '"run": {"controller": "0123456789abcdef0123456789abcdef", "uid": 0, "id": "feedbeef"}}')
+    lab.ssh(host, f"mkdir -p /run/gpuhost && echo '{held}' > /run/gpuhost/fix.lock")
+
+
+def test_runs_wait_for_host_locks_in_one_order_and_never_on_each_other(make_lab, tmp_path):
+    """Issue 19: two fixes took two hosts' locks in opposite orders and waited on each other.
+    A run now holds no lock while it waits for one out of order: it tries every host at
+    once, gives everything back when one is busy, then waits host by host in name order."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from conftest import SEED_HOST, ci_stdin
+
+    lab = make_lab(SEED_HOST, SPECS / "matrix/debian13-intel.yml")
+    controls = "numa.balancing,cpu.governor"
+    _foreign_lock(lab, "debian13")           # first in name order
+    with ci_stdin() as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes",
+                                 "--controls", controls, "--lock-timeout", "120", "--json", str(tmp_path / "a.json")],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        for line in proc.stderr:
+            if "debian13: waiting for another run's lock" in line:
+                break
+        # while it waits for debian13 it holds nothing, least of all pve-gpu1 (which it found free)
+        for _ in range(4):
+            assert not _lock_held(lab, "pve-gpu1"), "a waiting run holds no other host's lock"
+            time.sleep(0.5)
+        lab.ssh("debian13", "rm /run/gpuhost/fix.lock")
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    first = json.loads((tmp_path / "a.json").read_text())["hosts"]
+    assert all(not h.get("error") for h in first.values()), first
+
+    # two fixes started together, their inventories listing the hosts in opposite orders
+    lab.ssh("pve-gpu1", "sysctl -qw kernel.numa_balancing=1 && rm -f /etc/sysctl.d/99-gpuhost-numa-balancing.conf")
+    lab.ssh("debian13", "for g in /sys/devices/system/cpu/cpufreq/policy*/scaling_governor; do echo powersave > $g; done")
+    inv = yaml.safe_load(lab.inventory.read_text())
+    backwards = tmp_path / "backwards.yml"
+    inv["all"]["hosts"] = dict(reversed(list(inv["all"]["hosts"].items())))
+    backwards.write_text(yaml.safe_dump(inv, sort_keys=False))
+    start = time.monotonic()
+    with ci_stdin() as stdin:
+        procs = [subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(i), "--yes",
+                                   "--controls", controls, "--lock-timeout", "200",
+                                   "--json", str(tmp_path / f"r{n}.json")],
+                                  stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                 for n, i in enumerate((lab.inventory, backwards))]
+        outs = [p.communicate(timeout=400) for p in procs]
+    assert time.monotonic() - start < 150, "neither run waited out the other's lock timeout"
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    for host, control in (("pve-gpu1", "numa.balancing"), ("debian13", "cpu.governor")):
+        reports = [json.loads((tmp_path / f"r{n}.json").read_text())["hosts"][host] for n in (0, 1)]
+        assert sum(control in {f["control"] for f in h["findings"] if f["changed"]} for h in reports) == 1, \
+            "one run fixed it, the other found it done"
+
+
+def test_a_killed_run_leaves_no_orphan_and_no_lock_to_wait_for(make_lab, tmp_path):
+    """Issue 19: after SIGKILL the lock stayed 4 h and an orphaned ansible-playbook went on.
+    Killed, the CLI's ansible-playbook stops at the next task and gives the lock back; killed
+    with every process of the run, the run's lock is stale for this controller's next run at once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import SEED_HOST, ci_stdin
+
+    lab = make_lab(SEED_HOST)
+    controls = "numa.balancing,pcie.mrrs,cpu.cstates,storage.scheduler"
+
+    def start():
+        with ci_stdin() as stdin:
+            proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes",
+                                     "--controls", controls, "--json", str(tmp_path / "killed.json")],
+                                    stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    cwd=tmp_path)
+        for line in proc.stderr:
+            if "apply: pve-gpu1: changed:" in line:
+                return proc
+        raise AssertionError("the fix never changed anything")
+
+    # 1. only gpuhost is killed: its ansible-playbook finishes the change in flight, starts
+    #    no new one, gives the lock back and ends
+    proc = start()
+    playbooks = [p for p in _children(proc.pid) if b"ansible-playbook" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert playbooks, "the run's ansible-playbook"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 90
+    while any(_alive(p) for p in playbooks) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(_alive(p) for p in playbooks), "the orphaned ansible-playbook stopped"
+    assert not _lock_held(lab, "pve-gpu1"), "and gave the host's lock back"
+    audit = gpuhost("audit", "-i", str(lab.inventory), "--controls", controls)
+    assert "drift" in audit.status("pve-gpu1").values(), "it started no new change after its gpuhost was gone"
+
+    # 2. the whole run is killed (gpuhost and ansible-playbook with its workers): the lock it
+    #    left names a run no process holds, so the next run takes it over at once
+    proc = start()
+    group = [p for p in _children(proc.pid) if b"ansible-playbook" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    for p in group:
+        os.killpg(os.getpgid(p), signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    assert _lock_held(lab, "pve-gpu1"), "the dead run's lock is still there"
+    began = time.monotonic()
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", controls, "--lock-timeout", "30")
+    assert again.rc == 0, again.stderr
+    assert time.monotonic() - began < 60
+    assert set(again.status("pve-gpu1").values()) == {"pass"}
+    assert not _lock_held(lab, "pve-gpu1")
+
+
+def test_a_signal_while_waiting_for_a_lock_stops_the_wait_at_once(make_lab, tmp_path):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from conftest import SEED_HOST, ci_stdin
+
+    lab = make_lab(SEED_HOST)
+    _foreign_lock(lab, "pve-gpu1")
+    disk = lab.disk("pve-gpu1")
+    with ci_stdin() as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes",
+                                 "--controls", "numa.balancing", "--json", str(tmp_path / "r.json")],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        for line in proc.stderr:
+            if "pve-gpu1: waiting for another run's lock" in line:
+                break
+        sent = time.monotonic()
+        proc.terminate()
+        out, err = proc.communicate(timeout=120)
+    assert time.monotonic() - sent < 20, "the wait (default 1800 s) stopped at once"
+    assert proc.returncode == 3, err
+    host = json.loads((tmp_path / "r.json").read_text())["hosts"]["pve-gpu1"]
+    assert "stopped while waiting for the host's lock" in host["error"], host
+    assert lab.disk("pve-gpu1") == disk, "nothing changed"
