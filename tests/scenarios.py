@@ -60,6 +60,9 @@ class Rendered:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
 
+    def remove(self, path: str) -> None:
+        (self.root / path.lstrip("/")).unlink()
+
     def run(self, argv: list[str]) -> tuple[int, str, str]:
         tool = argv[0][len(str(self.root)):] if argv[0].startswith(str(self.root)) else argv[0]
         if tool.endswith("pveversion"):

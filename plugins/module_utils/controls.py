@@ -710,6 +710,16 @@ def kernel_version(h: Host) -> Finding:
                        + f": install a driver that supports {unbuilt[-1]}, then boot it")
     if at_least(default, minimum):
         return Finding(cid, "pending_reboot", running, f">= {minimum}", f"{default} is installed and boots next", True)
+    imageless = {k: owners for k, owners in (h.boot.get("kernels_without_image") or {}).items()
+                 if at_least(k, minimum) and kernel_flavor(k) == flavor}
+    if imageless:
+        # installing the series again changes nothing (apt has it): the fix would run for ever
+        k = sorted(imageless, key=vkey)[-1]
+        package = " or ".join(imageless[k]) or "the package that owns /lib/modules/" + k
+        return Finding(cid, "manual", running, f">= {minimum}",
+                       f"{k} is installed (/lib/modules/{k}) but /boot/vmlinuz-{k} is missing, so no boot loader can "
+                       f"start it: check that /boot is mounted, then `apt install --reinstall {package}` "
+                       "(and run gpuhost fix again)")
     is_pve = bool((h.section("os") or {}).get("proxmox_ve"))
     headers = bool(h.boot.get("nvidia_dkms"))
     fix = {"series": minimum, "proxmox": is_pve, "headers": headers, "flavor": flavor, "running": running,

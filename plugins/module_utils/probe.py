@@ -234,6 +234,16 @@ class Probe:
         next_pin = self.read1("/etc/kernel/next-boot-pin")
         pin = self.read1("/etc/kernel/proxmox-boot-pin")
         default, once = self.next_kernel(loader, installed, pin, next_pin)
+        # a kernel whose modules landed but whose image is not in /boot (a /boot partition not
+        # mounted during the upgrade, files deleted to make room): no boot loader can start it
+        imageless = {}
+        for moddir in self.glob("/lib/modules/*"):
+            k = os.path.basename(moddir)
+            if k not in installed and k != running and os.path.exists(os.path.join(moddir, "modules.dep")):
+                owners = sorted(os.path.basename(l)[:-len(".list")].split(":")[0] for pattern in
+                                ("proxmox-kernel-%s*.list", "pve-kernel-%s*.list", "linux-image-%s*.list",
+                                 "linux-image-unsigned-%s*.list") for l in self.glob("/var/lib/dpkg/info/" + pattern % k))
+                imageless[k] = owners
         headers = [k for k in installed if os.path.isdir(self.p("/usr/src/linux-headers-" + k))
                    or os.path.isdir(self.p("/lib/modules/%s/build" % k))]
         configs = dict((k, self.kernel_config(k)) for k in set(filter(None, [running, default])))
@@ -253,6 +263,7 @@ class Probe:
                 pass
         return {"cmdline": cmdline, "boot_time": int(m.group(1)) if m else None, "mtimes": mtimes, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
                 "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
+                "kernels_without_image": imageless,
                 "pinned_kernel": next_pin or pin, "permanent_pin": pin, "boot_once": once,
                 "grub_entries": self.grub_entry_ids() if loader == "grub" else {},
                 # gpuhost's own GRUB_DEFAULT pin (kernel.version, hosts without proxmox-boot-tool)

@@ -243,17 +243,29 @@ class App:
         else:
             terminal.render(shown, self.console)
         json_path = self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json"
-        rep.write_json(report, json_path)
+        # every form is written whatever another one's fate: a full disk or a bad path costs
+        # that one file (one line, exit 3), never the others nor the run's result
+        forms = [("JSON report", json_path, lambda p: rep.write_json(report, p))]
         if self.o.junit:
-            junit.write(shown, self.o.junit)
+            forms.append(("JUnit report", self.o.junit, lambda p: junit.write(shown, p)))
         if self.o.html:
             from . import htmlreport    # jinja2 only when asked for
-            htmlreport.write(shown, self.o.html)
+            forms.append(("HTML report", self.o.html, lambda p: htmlreport.write(shown, p)))
         if self.o.prom:
             from . import metrics       # prometheus_client only when asked for
-            metrics.write(report, self.o.prom)
-        if json_path != "-" and self.o.format != "oneline":
-            self.err.print(f"[dim]report: {json_path}[/]")
+            forms.append(("Prometheus textfile", self.o.prom, lambda p: metrics.write(report, p)))
+        unwritten = []
+        for what, path, write in forms:
+            try:
+                write(path)
+            except (OSError, ValueError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                unwritten.append(what)
+                self.err.print(f"gpuhost: the {what} was not written to {path}: {why}", markup=False, highlight=False)
+        if json_path != "-" and self.o.format != "oneline" and "JSON report" not in unwritten:
+            self.err.print(f"report: {json_path}", style="dim", markup=False, highlight=False)
+        if unwritten:
+            return max(rep.exit_code(report), rep.EXIT_UNREACHABLE)
         return rep.exit_code(report)
 
     # ---- verbs -----------------------------------------------------------------------------------

@@ -37,3 +37,23 @@ def test_a_host_gone_before_its_report_keeps_the_audit_and_the_changes():
     assert out["changed"] == ["numa.balancing"]
     assert out["error"] == ("unreachable: Connection refused (during the fix, after changing numa.balancing; "
                             "the findings are the audit's, not judged again)")
+
+
+def test_a_report_that_cannot_be_written_is_one_line_and_exit_3_after_every_other_form(tmp_path):
+    """Issue 19: `--json /dev/full` after a full fix was a 65-line traceback, exit 1 and no
+    report at all. Each form is written on its own; the one that fails is one line, exit 3."""
+    import xml.etree.ElementTree as ET
+
+    err = io.StringIO()
+    junit, html = tmp_path / "r.xml", tmp_path / "r.html"
+    app = App(Options(json="/dev/full", junit=str(junit), html=str(html), prom=str(tmp_path / "no-such-dir" / "m.prom")),
+              console=Console(file=io.StringIO()), err=Console(file=err, soft_wrap=True))
+    hosts = {"h": {"reachable": True, "changed": [], "facts": {},
+                   "findings": {"numa.balancing": {"control": "numa.balancing", "status": "pass", "message": "off",
+                                                   "observed": 0, "expected": 0}}}}
+    assert app.finish("audit", hosts) == 3
+    lines = err.getvalue().splitlines()
+    assert lines == ["gpuhost: the JSON report was not written to /dev/full: No space left on device",
+                     f"gpuhost: the Prometheus textfile was not written to {tmp_path}/no-such-dir/m.prom: "
+                     "No such file or directory"], lines
+    assert ET.parse(junit).getroot().tag == "testsuites" and "numa.balancing" in html.read_text()

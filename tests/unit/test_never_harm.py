@@ -308,3 +308,23 @@ def test_a_container_config_with_bytes_that_are_not_utf8_is_not_edited(tmp_path)
     conf.write_bytes(b"#Caf\xe9 inference box (Latin-1)\n" + stale.encode())
     f = host.finding("lxc.gpu_passthrough")
     assert f["status"] == "manual" and "not UTF-8" in f["message"] and not f["fix"], f
+
+
+# ---- a kernel whose image is missing from /boot: manual, never a fix that changes nothing --
+def test_a_kernel_whose_boot_files_are_missing_is_manual_not_installed_for_ever(tmp_path):
+    """Issue 19: after an upgrade with /boot not mounted, the kernel's modules are there and
+    its image is not; apt has the series, so `install proxmox-kernel-6.14` changed nothing
+    and kernel.version was drift on every run. It is manual, naming the package to reinstall."""
+    host = _render(tmp_path, PVE8_68, None)
+    install_kernel(host, "6.14.8-2-pve", module=True)
+    host.remove("/boot/vmlinuz-6.14.8-2-pve")
+    host.write("/var/lib/dpkg/info/proxmox-kernel-6.14.8-2-pve-signed.list", "/lib/modules/6.14.8-2-pve\n")
+    kv = host.judge()["kernel.version"]
+    assert kv["status"] == "manual", kv
+    assert kv["message"] == ("6.14.8-2-pve is installed (/lib/modules/6.14.8-2-pve) but /boot/vmlinuz-6.14.8-2-pve is "
+                             "missing, so no boot loader can start it: check that /boot is mounted, then "
+                             "`apt install --reinstall proxmox-kernel-6.14.8-2-pve-signed` (and run gpuhost fix again)")
+    # the image back (reinstalled): the kernel waits for its boot as usual
+    host.write("/boot/vmlinuz-6.14.8-2-pve", "image\n")
+    host.write("/var/lib/gpuhost-lab/esp/loader/loader.conf", "timeout 3\ndefault proxmox-6.14.8-2-pve.conf\n")
+    assert host.judge()["kernel.version"]["status"] == "pending_reboot"
