@@ -29,7 +29,9 @@ def _value(hostvars, name, host):
 
 
 def gpuhost_check_inventory(hosts, hostvars):
-    """Check gpuhost's variables on every host; one line naming the first bad one."""
+    """Check gpuhost's variables on every host; one line naming the first bad one and how
+    many other hosts are bad too (so a fleet is fixed in one pass, not one host per run)."""
+    first, others = None, 0
     for host in hosts:
         hv = hostvars[host]
         # every gpuhost_* variable: a misspelt one is bad input too, not silently ignored
@@ -37,7 +39,13 @@ def gpuhost_check_inventory(hosts, hostvars):
             values = {str(k): _value(hv, k, host) for k in list(hv.keys()) if str(k).startswith("gpuhost_")}
             check_vars(str(host), values)
         except InventoryError as exc:
-            raise AnsibleFilterError(f"{BAD_INPUT_MARK}{exc}") from None
+            if first is None:
+                first = exc
+            else:
+                others += 1
+    if first is not None:
+        more = f" (and {others} other host{'s' if others > 1 else ''} with bad gpuhost variables)" if others else ""
+        raise AnsibleFilterError(f"{BAD_INPUT_MARK}{first}{more}")
     return True
 
 
