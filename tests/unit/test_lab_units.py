@@ -108,3 +108,49 @@ def test_loader_state_is_read_from_what_was_last_written(tmp_path: Path):
         "menuentry 'y' {\n\tlinux\t/boot/vmlinuz-6.1.0 root=/dev/sda1 ro\n}\n")
     assert kernel.loader_cmdline(tmp_path, "grub", "6.1.0") == "root=/dev/sda1 ro"
     assert kernel.loader_cmdline(tmp_path, "grub", "6.3.0") == "root=/dev/sda1 ro quiet"
+
+
+# ---- the lab never runs or writes spec content outside its host (issue 19) ---------------------
+def test_files_under_var_run_or_var_lock_are_refused_by_the_spec():
+    for path in ("/var/run/gpuhost/x", "/var/lock/x"):
+        data = seed()
+        data["files"] = {path: "x\n"}
+        with pytest.raises(SpecError) as err:
+            parse_spec(data, "x.yml")
+        assert str(err.value) == f"x.yml: files.{path}: lies on a virtual filesystem, not on the disk"
+
+
+def test_a_written_path_follows_links_inside_the_host_root_never_out_of_it(tmp_path):
+    import os
+
+    from gpuhost.lab import provision
+
+    root, outside = tmp_path / "root", tmp_path / "machine"
+    (root / "var").mkdir(parents=True)
+    outside.mkdir()
+    os.symlink("/run", root / "var/run")                  # Debian's own link
+    os.symlink(str(outside), root / "var/cache")          # an absolute link the lower layer may hold
+    os.symlink("../../etc", root / "var/etc-up")          # a relative one climbing to /
+    provision._write(root, "var/cache/x/y", "inside\n")
+    assert (root / outside.relative_to("/") / "x/y").read_text() == "inside\n", "the link, read with root as /"
+    assert not (outside / "x").exists(), "nothing written on the machine"
+    provision._write(root, "var/etc-up/z", "z\n")
+    assert (root / "etc/z").read_text() == "z\n"
+    with pytest.raises(ValueError, match="virtual file system"):
+        provision._write(root, "var/run/gpuhost/x", "x\n")
+    assert not (root / "run").exists()
+
+
+def test_a_hostile_command_line_in_a_spec_stays_one_grub_value(tmp_path):
+    """boot.cmdline goes into /etc/default/grub as a double-quoted shell word: sourced (as
+    grub-mkconfig does), it is the same text and runs nothing."""
+    import subprocess
+
+    from gpuhost.lab import provision
+
+    marker = tmp_path / "ran"
+    hostile = f'quiet "; touch {marker}; : " $(touch {marker}) `touch {marker}` \\'
+    (tmp_path / "grub").write_text(f"GRUB_CMDLINE_LINUX_DEFAULT={provision.sh_double_quoted(hostile)}\n")
+    out = subprocess.run(["sh", "-c", f'. {tmp_path}/grub; printf %s "$GRUB_CMDLINE_LINUX_DEFAULT"'],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == hostile and not marker.exists()

@@ -64,8 +64,43 @@ def shim_source() -> Path:
     return Path(str(resources.files("gpuhost.lab") / "shims"))
 
 
+VIRTUAL = ("proc", "sys", "dev", "run")
+
+
+def inside(root: Path, rel: str) -> Path:
+    """*rel* resolved as the host sees it, with *root* as its /: a symbolic link on the way
+    (var/run -> /run, an absolute link of the machine's lower layer) is followed inside the
+    host's root, never out of it. Refused when it ends on a virtual file system (the host's
+    /run is its own tmpfs, not this directory) or needs more than 40 links."""
+    parts, done, hops = [p for p in rel.split("/") if p and p != "."], [], 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            done = done[:-1]
+            continue
+        here = root.joinpath(*done, part)
+        if here.is_symlink():
+            hops += 1
+            if hops > 40:
+                raise ValueError(f"{rel}: too many symbolic links")
+            target = os.readlink(here)
+            parts = [p for p in target.split("/") if p and p != "."] + parts
+            if target.startswith("/"):
+                done = []
+            continue
+        done.append(part)
+    if done and done[0] in VIRTUAL:
+        raise ValueError(f"{rel} leads to /{'/'.join(done)}, on a virtual file system of the host, not its disk")
+    return root.joinpath(*done)
+
+
 def _write(root: Path, rel: str, text: str | bytes, mode: int = 0o644) -> None:
-    path = root / rel.lstrip("/")
+    # the directory as the host sees it (never out of its root); a link at the name itself
+    # is replaced by the file, as the spec or the lab means it
+    parent, name = os.path.split(rel.strip("/"))
+    path = inside(root, parent) / name
+    if name in ("", ".", "..") or (path.parent == root and name in VIRTUAL):
+        raise ValueError(f"{rel}: not a file path")
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         path.unlink()
