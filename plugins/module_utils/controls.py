@@ -821,6 +821,10 @@ def kernel_reboot_pending(h: Host) -> Finding:
         return na(cid, "no boot loader gpuhost manages (GRUB or proxmox-boot-tool) on this machine")
     if h.persisted is None:
         return error(cid, h.errors.get("boot", "cannot read the persisted command line"))
+    unfinished = unfinished_refresh(h)
+    if unfinished:
+        return Finding(cid, "manual", h.boot.get("running_kernel"), "a boot loader that holds what its files say",
+                       unfinished)
     live = {k: v for k, v in _comparable(h.live).items() if k not in ADDED_BY_LOADER}
     persisted = _comparable(h.persisted)
     diffs = [f"{k}={persisted[k]}" if persisted[k] else k for k in persisted if live.get(k) != persisted[k]]
@@ -1291,9 +1295,26 @@ def plain(value):
     return value
 
 
+def unfinished_refresh(h: Host) -> str | None:
+    """A boot-loader refresh gpuhost started and never saw finish (a power loss, or a
+    refresh that failed even after the files were restored): what boots next is what some
+    targets hold (one ESP may have the new line, another the old), not what the files say."""
+    j = h.boot.get("unfinished_refresh")
+    if not j:
+        return None
+    return (f"a boot-loader refresh gpuhost started at {j.get('since', '?')} did not finish (power loss, or "
+            f"`{j.get('refresh', 'the refresh')}` failed): the boot loader may hold `{j.get('after', '?')}` or "
+            f"`{j.get('before', '?')}` on each of its targets; run `{j.get('refresh', 'the refresh')}` (or gpuhost fix "
+            "for a control that edits the command line) before any reboot")
+
+
 def reboot_blocked(h: Host) -> str | None:
     """Why no reboot may happen now, whatever control waits for one: the kernel the boot
-    loader starts next has no NVIDIA module while this host drives its GPUs with it."""
+    loader starts next has no NVIDIA module while this host drives its GPUs with it, or
+    what the boot loader holds is not known (an unfinished refresh)."""
+    unfinished = unfinished_refresh(h)
+    if unfinished:
+        return unfinished
     nxt = next_kernel_without_module(h)
     if nxt:
         return (f"the next boot would start {nxt}, which has no NVIDIA module (no nvidia.ko in /lib/modules/{nxt}): "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 _TIMED_OUT = re.compile(r"failed to execute in the expected time frame \((\d+)\)|Timed out after (\d+) second")
-_MAX = 300
+_MAX = 1000         # a message this long keeps its start and its end (the cause is often last)
 
 
 def _last_line(text) -> str:
@@ -13,7 +13,15 @@ def _last_line(text) -> str:
     return lines[-1] if lines else ""
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX else text[:300] + " ... " + text[-(_MAX - 305):]
+
+
 def describe(res: dict | None) -> str:
+    return _clip(_describe(res))
+
+
+def _describe(res: dict | None) -> str:
     """*res*: a task's result (an event's ``res``, a rescue's ``ansible_failed_result``)."""
     res = res or {}
     failed_items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
@@ -23,7 +31,7 @@ def describe(res: dict | None) -> str:
         label = (item.get("ansible_loop_var") and item.get(item["ansible_loop_var"])) or item.get("item")
         if isinstance(label, dict):
             label = label.get("path") or label.get("name")
-        return ((f"{label}: " if label else "") + describe({k: v for k, v in item.items() if k != "results"}))[:_MAX]
+        return (f"{label}: " if label else "") + _describe({k: v for k, v in item.items() if k != "results"})
     msg = str(res.get("msg") or "").strip()
     late = _TIMED_OUT.search(msg)
     if late:
@@ -35,9 +43,9 @@ def describe(res: dict | None) -> str:
         if len(shown) > 120:
             shown = shown[:117] + "..."
         said = _last_line(res.get("stderr")) or _last_line(res.get("stdout")) or "no output"
-        return f"`{shown}` exited {res['rc']}: {said}"[:_MAX]
+        return f"`{shown}` exited {res['rc']}: {said}"
     first = msg.splitlines()[0] if msg else ""
     detail = _last_line(res.get("stderr")) or _last_line(res.get("module_stderr"))
     if detail and detail not in first:
         first = f"{first}: {detail}" if first else detail
-    return (first or "failed")[:_MAX]
+    return first or "failed"

@@ -269,7 +269,7 @@ class Probe:
                 # gpuhost's own GRUB_DEFAULT pin (kernel.version, hosts without proxmox-boot-tool)
                 "gpuhost_grub_pin": os.path.exists(self.p("/etc/default/grub.d/zz-gpuhost-kernel-pin.cfg")),
                 "kernels_with_headers": headers, "grub_default": grub_default,
-                "last_reboot": self.last_reboot(), "boot_id": self.read1("/proc/sys/kernel/random/boot_id"),
+                "last_reboot": self.last_reboot(), "unfinished_refresh": self.unfinished_refresh(), "boot_id": self.read1("/proc/sys/kernel/random/boot_id"),
                 "default_governor": dict((k, c[0]) for k, c in configs.items()),
                 "amd_pstate_default_mode": dict((k, c[1]) for k, c in configs.items()),
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
@@ -328,6 +328,18 @@ class Probe:
         """release -> the GRUB_DEFAULT value that names its entry by id ("<submenu id>><entry id>"),
         from grub.cfg as grub-mkconfig wrote it: what pins a kernel on plain GRUB."""
         return grub_entry_ids(self.read("/boot/grub/grub.cfg"))
+
+    def unfinished_refresh(self):
+        """The journal gpuhost's cmdline module keeps while it edits and refreshes the boot
+        loader: still there, the refresh never finished (modules/cmdline.py)."""
+        text = self.read("/var/lib/gpuhost/boot-refresh.json")
+        if text is None:
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        return dict((k, str(v)) for k, v in data.items()) if isinstance(data, dict) else {"since": "?"}
 
     def last_reboot(self):
         """What gpuhost's last reboot of this host was for (written by its reboot play just

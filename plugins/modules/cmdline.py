@@ -53,12 +53,14 @@ backup_file: {description: the backup made, returned: changed, type: str}
 """
 
 import glob
+import json
 import os
 import re
 import shlex
+import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, write_atomic
+from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, safe_dir, write_atomic
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments, shell_scan
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
@@ -196,6 +198,35 @@ def read(path):
         return None
 
 
+# a boot-loader refresh gpuhost started and did not see finish (module_utils/probe reads it)
+JOURNAL = "/var/lib/gpuhost/boot-refresh.json"
+
+
+def read_journal():
+    try:
+        with open(JOURNAL) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {"since": "?"}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"since": "?"}
+
+
+def write_journal(module, refresh, before, after):
+    safe_dir(os.path.dirname(JOURNAL), 0o755)
+    record = {"refresh": " ".join(refresh), "before": before, "after": after,
+              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_atomic(module, JOURNAL, json.dumps(record, sort_keys=True) + "\n", new_mode=0o644)
+
+
+def clear_journal():
+    try:
+        os.unlink(JOURNAL)
+    except FileNotFoundError:
+        pass
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(set=dict(type="dict", default={}), remove=dict(type="list", elements="str", default=[]),
@@ -270,33 +301,52 @@ def main():
         module.fail_json(msg="no boot loader configuration gpuhost can edit (%s with %s, or %s); loader: %s"
                              % (KERNEL_CMDLINE, BOOT_UUIDS, GRUB_DEFAULT, loader))
 
-    result = dict(changed=bool(files), loader=loader, before=before, after=after_s,
+    unfinished = read_journal()
+    result = dict(changed=bool(files) or bool(unfinished), loader=loader, before=before, after=after_s,
                   diff=[dict(before_header=p, after_header=p, before=b, after=a) for p, (b, a) in files.items()])
-    if files and not module.check_mode:
+    if (files or unfinished) and not module.check_mode:
         existed = dict((path, os.path.exists(path)) for path in files)
         try:
             # every copy first: a backup that cannot be made safely means no edit at all
             for path in files:
                 if module.params["backup"] and existed[path]:
                     result["backup_file"] = backup(path)
+            # the intent, on disk before the first byte changes: a power loss from here to
+            # the end of the refresh leaves it, and the audit then knows the boot loader may
+            # not hold what the files say (and the next run refreshes it again)
+            write_journal(module, refresh, before, after_s)
         except OSError as exc:
             module.fail_json(msg="nothing changed: %s" % exc, changed=False)
         for path, (_, text) in files.items():
             write_atomic(module, path, text)
         rc, out, err = module.run_command(refresh)
         if rc != 0:
-            # leave no half-applied change: the loader did not take the new line, so the
-            # files go back to what they were and a re-run starts from the same place
+            why = ((err or out).strip().splitlines() or ["no output"])[-1]
+            # leave no half-applied change: the files go back to what they were, and the boot
+            # loader is refreshed again from them, since the failed refresh may have written
+            # some of its targets (one ESP of two) before it failed
             for path, (text, _) in files.items():
                 if existed[path]:
                     write_atomic(module, path, text)
                 elif os.path.exists(path):
                     os.unlink(path)
-            result.update(changed=False, restored=sorted(files))
-            module.fail_json(msg="%s failed, nothing changed (%s restored): %s" % (
-                " ".join(refresh), ", ".join(sorted(files)), ((err or out).strip().splitlines() or ["no output"])[-1]),
-                **result)
+            again, out2, err2 = module.run_command(refresh)
+            if again == 0:
+                clear_journal()
+                result.update(changed=False, restored=sorted(files))
+                module.fail_json(msg="%s failed, nothing changed (%s restored and the boot loader refreshed from it "
+                                     "again): %s" % (" ".join(refresh), ", ".join(sorted(files)) or "no file", why),
+                                 **result)
+            # the files are as they were; what each target of the loader holds is not known
+            result.update(changed=False, restored=sorted(files), unfinished=True)
+            module.fail_json(msg="%s failed, and again after %s was restored: the boot loader may hold the new line "
+                                 "(%s) on some of its targets; no reboot until `%s` succeeds (%s; then: %s)"
+                                 % (" ".join(refresh), ", ".join(sorted(files)) or "nothing", after_s, " ".join(refresh),
+                                    why, ((err2 or out2).strip().splitlines() or ["no output"])[-1]), **result)
+        clear_journal()
         result["refresh"] = " ".join(refresh)
+        if unfinished and not files:
+            result["msg"] = "refreshed the boot loader: an earlier refresh (%s) did not finish" % unfinished.get("since", "?")
     module.exit_json(**result)
 
 

@@ -298,7 +298,7 @@ class App:
                 limit = ",".join(plan)
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
                                    extra=self.lock_vars(), playbook="site.yml")
-                after.update(self.applied(before, self.hosts_from(result, list(plan))))
+                after.update(self.applied(before, self.hosts_from(result, list(plan)), result.in_flight))
                 if self.o.diff:
                     rep.render_diffs(result.diffs, self.console)
             if self.o.reboot == "if-needed" and not self.interrupted:
@@ -345,7 +345,7 @@ class App:
         return out
 
     @staticmethod
-    def applied(before: dict[str, dict], hosts: dict[str, dict]) -> dict[str, dict]:
+    def applied(before: dict[str, dict], hosts: dict[str, dict], in_flight: dict[str, str] | None = None) -> dict[str, dict]:
         """A host that went away (or failed) during the fix before it reported keeps what the
         audit found and the changes its events showed, so the report says what was done."""
         out = {}
@@ -354,7 +354,13 @@ class App:
                 out[name] = h
                 continue
             changed = h.get("changed") or []
-            note = (f"during the fix, after changing {', '.join(changed)}" if changed else "during the fix, before any change")
+            task = (in_flight or {}).get(name)
+            if changed:
+                note = f"during the fix, after changing {', '.join(changed)}"
+            else:
+                note = "during the fix, before any change it reported"
+            if task:
+                note += f"; `{task}` was running and may have changed the host"
             out[name] = {**before[name], "reachable": h.get("reachable", True), "changed": changed,
                          "error": f"{h.get('error')} ({note}; the findings are the audit's, not judged again)"}
         return out

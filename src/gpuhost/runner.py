@@ -8,6 +8,7 @@ their events. Nothing is read from the printed log.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -37,6 +38,12 @@ LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
 
 
+# an unreachable task whose connection could not even be made changed nothing; any other may
+# have ("Data could not be sent" is also what a connection that dropped while the module ran
+# says, with pipelining)
+NEVER_SENT = re.compile(r"Failed to connect to the host|Could not resolve hostname|Connection refused|No route to host")
+
+
 def control_of(task: str) -> str:
     """The control a task works on: its name ends in the control ID ("Apply it now | pcie.mrrs")."""
     return task.rsplit(" | ", 1)[-1].strip()
@@ -57,6 +64,8 @@ class RunResult:
     # host -> [(task, diff)]: what each task changed or, in check mode, would change
     diffs: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)
     hosts: list[str] = field(default_factory=list)
+    # host -> the task that was running on it when it went away: it may have changed the host
+    in_flight: dict[str, str] = field(default_factory=dict)
     bad_input: str | None = None                                # the inventory check's one line
 
 
@@ -92,6 +101,7 @@ class PlaybookRun:
         ident = uuid.uuid4().hex[:12]
         result = RunResult(status="failed", rc=-1)
         seen_hosts: list[str] = []
+        running: dict[str, str] = {}
         # audit.yml: each host's report is its audit task's result (site.yml's come through the stats)
         audit, judged = self.playbook == "audit.yml", {}
 
@@ -109,6 +119,13 @@ class PlaybookRun:
                 return False        # the run is being stopped: bad input is all it says
             if host and host not in seen_hosts and kind in ("runner_on_start", "runner_on_ok", "runner_on_unreachable"):
                 seen_hosts.append(host)
+            if host and kind == "runner_on_start":
+                running[host] = str(data.get("task") or "")
+            elif host and kind == "runner_on_unreachable" and not self.check and running.get(host) == data.get("task") \
+                    and control_of(running[host]) in BY_ID and not NEVER_SENT.search(str((data.get("res") or {}).get("msg"))):
+                result.in_flight[host] = running[host]       # it started and its host went: maybe done
+            elif host and kind in ("runner_on_ok", "runner_on_failed", "runner_on_skipped"):
+                running.pop(host, None)
             if kind == "runner_on_unreachable" and host and data.get("task") in (LOCK_TASK, TRY_LOCK_TASK):
                 pass        # another run rebooted the host while this one waited: the lock tasks wait for it
             elif kind == "runner_on_unreachable" and host:
