@@ -156,5 +156,13 @@ class ActionModule(ActionBase):
                 values[name] = plain(self._templar.template(task_vars[name]))
             except Exception as exc:        # AnsibleUndefinedVariable and template errors alike
                 raise cannot_render(host, name, exc) from None
+        # a waiver's reason is the operator's prose, shown as written: `{{ 7*7 }}` in it stays
+        # that text (Ansible would render it as 49); only a list given by a template is rendered whole
+        raw = task_vars.get("gpuhost_waivers")
+        if isinstance(raw, list) and isinstance(values.get("gpuhost_waivers"), list) \
+                and len(raw) == len(values["gpuhost_waivers"]):
+            for given, rendered in zip(raw, values["gpuhost_waivers"]):
+                if isinstance(given, dict) and isinstance(rendered, dict) and isinstance(given.get("reason"), str):
+                    rendered["reason"] = str(given["reason"])
         check_vars(host, values)
         return values

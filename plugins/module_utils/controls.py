@@ -1375,7 +1375,9 @@ def evaluate(facts: dict, settings: dict) -> dict[str, dict]:
     h = Host(facts, settings)
     selected = settings.get("controls") or [c.id for c in CATALOG]
     skip = set(settings.get("controls_skip") or [])
-    today = settings.get("today") or _dt.date.today().isoformat()
+    # a waiver's `expires` is a UTC date, so every controller (and AWX, whatever its zone)
+    # agrees on the day it ends: it holds through that day
+    today = settings.get("today") or _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     waivers = {w["control"]: w for w in settings.get("waivers") or []}
     out: dict[str, dict] = {}
     for control in CATALOG:

@@ -15,6 +15,8 @@ from rich.table import Table
 
 from . import report as rep
 from . import junit, terminal
+from rich.markup import escape
+
 from .controls import BY_ID
 from .runs import end as end_run, register as register_run
 from .plan import changes as plan_changes
@@ -75,6 +77,12 @@ def parse_limit(text: str | None) -> str | None:
     return pattern
 
 
+def shown(value) -> str:
+    """Text from a host or an inventory as the terminal shows it: control characters as \\xHH
+    (report.printable), rich's markup escaped (a file name `[tuned]`, a message with `[/x]`)."""
+    return escape(rep.printable(str(value)))
+
+
 class Progress:
     """Per-host progress from runner events, cheap in the event handler.
 
@@ -106,7 +114,7 @@ class Progress:
         t = Table.grid(padding=(0, 2))
         t.add_row(f"[bold]{self.title}[/]")
         for host, task in self.hosts.items():
-            t.add_row(f"  {host}", f"[dim]{task}[/]")
+            t.add_row(f"  {shown(host)}", f"[dim]{task}[/]")
         return t
 
     def event(self, ev: dict) -> None:
@@ -115,6 +123,7 @@ class Progress:
         if not host or task == CHECK_TASK:      # bad input is said once, in its own one line
             return
         line = None
+        task = shown(task)          # its name holds inventory values ({{ gpuhost_control }})
         if kind == "runner_on_start":
             self.hosts[host] = task
             if task == LOCK_TASK:
@@ -133,7 +142,7 @@ class Progress:
         if self.live:
             self.live.update(self._render())
         elif line:
-            self.console.print(f"[dim]{self.title}:[/] {host}: {line}", highlight=False)
+            self.console.print(f"[dim]{self.title}:[/] {shown(host)}: {line}", highlight=False)
 
 
 class App:
@@ -399,9 +408,9 @@ class App:
                                               " on the reachable hosts"))
             return
         for host, findings in plan.items():
-            self.err.print(f"[bold]{host}[/]: will change", highlight=False)
+            self.err.print(f"[bold]{shown(host)}[/]: will change", highlight=False)
             for f in findings:
-                self.err.print(f"  {f['control']}: {f['message']}", highlight=False)
+                self.err.print(f"  {shown(f['control'])}: {shown(f['message'])}", highlight=False)
                 for line in plan_changes(f):
                     self.err.print(f"    - {line}", highlight=False, markup=False)
 
@@ -423,9 +432,9 @@ class App:
                    and any(f["status"] == "pending_reboot" for f in h["findings"].values())]
         for i, host in enumerate(needing):
             if self.interrupted:
-                self.err.print(f"[red]roll-out stopped ({self.interrupted}): {', '.join(needing[i:])} not rebooted[/]")
+                self.err.print(f"[red]roll-out stopped ({self.interrupted}): {shown(', '.join(needing[i:]))} not rebooted[/]")
                 break
-            self.err.print(f"rebooting {host} ({i + 1}/{len(needing)})")
+            self.err.print(f"rebooting {shown(host)} ({i + 1}/{len(needing)})")
             with self.waiting_line(host):
                 result = self.play(f"gpuhost fix: reboot {host}", inventory, check=False, limit=host,
                                    playbook="reboot.yml",
@@ -444,7 +453,7 @@ class App:
             hosts[host] = check[host]
             if worse:
                 hosts[host]["error"] = hosts[host].get("error") or f"did not come back healthy after the reboot: {worse}"
-                self.err.print(f"[red]{host}: {hosts[host]['error']}[/]")
+                self.err.print(f"[red]{shown(host)}: {shown(hosts[host]['error'])}[/]")
                 self._stop_rollout(hosts, needing[i + 1:])
                 break
         return hosts
@@ -463,7 +472,7 @@ class App:
 
         def tick():
             while not done.wait(self.WAIT_LINE_S):
-                self.err.print(f"[dim]waiting for {host} to come back: {int(time.monotonic() - start)} s "
+                self.err.print(f"[dim]waiting for {shown(host)} to come back: {int(time.monotonic() - start)} s "
                                f"of {self.o.reboot_timeout} s[/]", highlight=False)
 
         thread = threading.Thread(target=tick, daemon=True)
@@ -494,7 +503,7 @@ class App:
 
     def _stop_rollout(self, hosts: dict, rest: list[str]) -> None:
         for other in rest:
-            self.err.print(f"[red]roll-out stopped: {other} was not rebooted[/]")
+            self.err.print(f"[red]roll-out stopped: {shown(other)} was not rebooted[/]")
 
 
 def run_verify(inventory: str | None, limit: str | None) -> int:

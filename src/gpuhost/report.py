@@ -9,6 +9,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from rich.markup import escape
+
 from .controls import BY_ID, CATALOG, FAILING, STATUSES
 
 SCHEMA = "gpuhost.report/v1"
@@ -167,7 +169,7 @@ def render_diffs(diffs: dict[str, list[tuple[str, dict]]], console) -> None:
 
     for host, items in diffs.items():
         for task, d in items:
-            console.print(f"[bold]{host}[/]: {task}", highlight=False)
+            console.print(f"[bold]{escape(printable(str(host)))}[/]: {escape(printable(str(task)))}", highlight=False)
             if d.get("prepared"):
                 console.print(str(d["prepared"]).rstrip("\n"), markup=False, highlight=False)
                 continue

@@ -77,6 +77,33 @@ def test_expired_waiver_reports_the_real_status(make_lab):
     assert run.rc == 2 and run.status("intel-grub") == {"pcie.link": "manual"}
 
 
+def test_a_waivers_reason_is_shown_as_written_and_its_date_is_utc(seed_lab):
+    """Issue 19: Jinja in a waiver's reason was rendered ({{ 7*7 }} became 49), and the expiry
+    was read in the controller's time zone. The reason is prose; `expires` is a UTC date."""
+    import os
+    import subprocess
+    import sys
+
+    now = dt.datetime.now(dt.timezone.utc)
+    if now.hour >= 10:
+        # a controller far east of UTC, where it is already tomorrow: a waiver to today still holds
+        tz, expires, status = "Etc/GMT-14", now.date().isoformat(), "waived"
+    else:
+        # far west, where it is still yesterday: a waiver to yesterday has ended
+        tz, expires, status = "Etc/GMT+12", (now.date() - dt.timedelta(days=1)).isoformat(), "drift"
+    inv = inventory_with(seed_lab, {"pve-gpu1": {"gpuhost_waivers": [
+        {"control": "pcie.mrrs", "reason": "riser swap", "expires": expires},
+        {"control": "numa.balancing", "reason": "{{ 7*7 }} days until the kernel update", "expires": "2099-01-01"}]}})
+    env = dict(os.environ, TZ=tz)
+    res = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "-i", str(inv), "--controls",
+                          "pcie.mrrs,numa.balancing", "--json", "-"],
+                         env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    import json
+    findings = {f["control"]: f for f in json.loads(res.stdout)["hosts"]["pve-gpu1"]["findings"]}
+    assert findings["pcie.mrrs"]["status"] == status, findings["pcie.mrrs"]
+    assert "waived until 2099-01-01: {{ 7*7 }} days until the kernel update" in findings["numa.balancing"]["message"]
+
+
 def test_switch_ports_acs_redirect_is_cleared_and_stays_cleared(make_lab):
     lab = make_lab(SPECS / "switch-host.yml")
     audit = gpuhost("audit", "-i", str(lab.inventory), "--controls", "pcie.acs,pcie.mrrs,pcie.link,iommu.mode")

@@ -57,3 +57,16 @@ def test_a_report_that_cannot_be_written_is_one_line_and_exit_3_after_every_othe
                      f"gpuhost: the Prometheus textfile was not written to {tmp_path}/no-such-dir/m.prom: "
                      "No such file or directory"], lines
     assert ET.parse(junit).getroot().tag == "testsuites" and "numa.balancing" in html.read_text()
+
+
+def test_host_text_in_the_plan_is_shown_as_it_is_never_as_markup_or_escape_sequences():
+    """Issue 19: rich markup ate `[tuned]` in a file name and raised on `[/x]`; an ESC from a
+    host moved the cursor. What a host says is shown literally, control characters as \\xHH."""
+    out = io.StringIO()
+    app = App(Options(), console=Console(file=io.StringIO()), err=Console(file=out, width=300, force_terminal=False))
+    finding = {"control": "numa.balancing", "status": "drift", "fix": {},
+               "message": "set in /etc/sysctl.d/[tuned]/50-numa.conf [/x] \x1b[1A\x1b[2K\x9b31m"}
+    app.print_plan({"gpu[1]": [finding]}, {"gpu[1]": {"reachable": True}})
+    assert out.getvalue().splitlines()[:2] == [
+        "gpu[1]: will change",
+        "  numa.balancing: set in /etc/sysctl.d/[tuned]/50-numa.conf [/x] \\x1b[1A\\x1b[2K\\x9b31m"], out.getvalue()
