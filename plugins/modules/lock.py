@@ -16,10 +16,10 @@ description:
   - "The lock lives under C(/run), a tmpfs: a reboot clears it. A lock recorded under
     another boot ID, or older than I(max_age) seconds (its run died without giving it
     back), is stale and taken over."
-  - With I(if_busy=return) a held lock is not waited for: the result says C(busy) and who
+  - "With I(if_busy=return) a held lock is not waited for: the result says C(busy) and who
     holds it, so the caller (the action plugin of the same name, which waits on the
     controller) can give back other hosts' locks, or take over a lock whose run it knows is
-    gone (I(take_over)).
+    gone (I(take_over))."
   - Taking or giving back the lock changes nothing gpuhost reports (C(changed) is false).
 options:
   state: {description: acquired or released, type: str, choices: [acquired, released], required: true}
