@@ -21,9 +21,19 @@ def describe(res: dict | None) -> str:
     return _clip(_describe(res))
 
 
+# ansible-core 2.17 and later send modules that start with `from __future__ import
+# annotations`: a host whose Python is older than 3.7 fails to compile them, and Ansible
+# reports "Module result deserialization failed" (ansible/ansible#82068, #84358)
+_OLD_PYTHON = re.compile(r"future feature annotations is not defined")
+
+
 def _describe(res: dict | None) -> str:
     """*res*: a task's result (an event's ``res``, a rescue's ``ansible_failed_result``)."""
     res = res or {}
+    said = " ".join(str(res.get(k) or "") for k in ("msg", "module_stdout", "module_stderr", "exception"))
+    if _OLD_PYTHON.search(said):
+        return ("the host's Python is older than 3.7 (SyntaxError: future feature annotations is not defined): "
+                "ansible-core 2.17 and gpuhost need Python 3.7 or later as the host's ansible_python_interpreter")
     failed_items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
     if failed_items:
         # a loop: what the item that failed said, not Ansible's "One or more items failed"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 from pathlib import Path
@@ -195,6 +196,38 @@ def role_variables_markdown(role: str = "common") -> str:
     return "\n".join(rows) + "\n"
 
 
+def check_extra_vars(ev: str) -> None:
+    """-e as ansible-playbook reads it (@FILE: YAML or JSON; a value starting with { or [:
+    YAML or JSON; else key=value words), refused here in one line naming -e and what is
+    wrong, before any host is touched (ansible-playbook's own error comes after a play starts)."""
+    import yaml
+
+    def why(exc: yaml.YAMLError) -> str:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return (getattr(exc, "problem", None) or " ".join(str(exc).split())) + where
+
+    if ev.startswith("@"):
+        path = Path(ev[1:]).expanduser()
+        try:
+            data = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise UsageError(f"-e {ev}: cannot read the file: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise UsageError(f"-e {ev}: not YAML or JSON: {why(exc)}") from None
+        if data is not None and not isinstance(data, dict):
+            raise UsageError(f"-e {ev}: must hold a mapping of variables, not a {type(data).__name__}")
+    elif ev.lstrip().startswith(("{", "[")):
+        try:
+            data = yaml.safe_load(ev)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"-e: not valid JSON or YAML: {why(exc)}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"-e: must be a mapping of variables, not a {type(data).__name__}")
+    elif "=" not in ev:
+        raise UsageError(f"-e {ev!r}: give KEY=VALUE, a JSON object, or @FILE")
+
+
 def connection_args(args: argparse.Namespace) -> list[str]:
     """ansible-playbook's own flags for what -u, -b, --private-key, -e and --forks say."""
     out: list[str] = []
@@ -203,10 +236,14 @@ def connection_args(args: argparse.Namespace) -> list[str]:
     if args.become:
         out.append("--become")
     if args.private_key:
-        out += ["--private-key", str(Path(args.private_key).expanduser().resolve())]
+        key = Path(args.private_key).expanduser().resolve()
+        if not key.is_file() or not os.access(key, os.R_OK):
+            raise UsageError(f"--private-key: no readable key file at {args.private_key}")
+        out += ["--private-key", str(key)]
     for ev in args.extra_vars:
         # ansible-runner runs from a directory of its own: @FILE is resolved here
         out += ["--extra-vars", f"@{Path(ev[1:]).expanduser().resolve()}" if ev.startswith("@") else ev]
+        check_extra_vars(ev)
     if args.forks is not None:
         if args.forks < 1:
             raise UsageError(f"--forks: must be at least 1, not {args.forks}")

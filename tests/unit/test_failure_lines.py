@@ -32,3 +32,24 @@ def test_a_loop_says_what_its_failing_item_said():
         {"failed": True, "item": {"path": "/etc/sysctl.conf"}, "ansible_loop_var": "item",
          "msg": "/var/backups/gpuhost is a symbolic link: gpuhost does not write through it"}]}
     assert describe(res) == "/etc/sysctl.conf: /var/backups/gpuhost is a symbolic link: gpuhost does not write through it"
+
+
+def test_a_host_with_python_36_is_named_as_such_not_as_a_deserialization_failure():
+    """Issue 19. The result as ansible-core 2.17 gives it for a Python 3.6 host (its shape and
+    words from ansible/ansible#84761 and lisenet/homelab-ansible#84)."""
+    res = {"changed": False, "msg": "Module result deserialization failed: No start of json char found See "
+                                    "stdout/stderr for the returned output.",
+           "module_stderr": "Shared connection to 10.11.1.20 closed.",
+           "module_stdout": "Traceback (most recent call last):\n  File \"<stdin>\", line 12, in <module>\n"
+                            "SyntaxError: future feature annotations is not defined\n"}
+    assert describe(res) == ("the host's Python is older than 3.7 (SyntaxError: future feature annotations is not "
+                             "defined): ansible-core 2.17 and gpuhost need Python 3.7 or later as the host's "
+                             "ansible_python_interpreter")
+
+
+def test_a_long_apt_error_keeps_its_cause_at_the_end():
+    """Issue 19: apt's errors were cut at 300 characters, before the cause."""
+    tail = "E: Unable to locate package proxmox-kernel-6.14"
+    res = {"msg": "'/usr/bin/apt-get -y install proxmox-kernel-6.14' failed: " + "W: noise line. " * 120 + tail}
+    line = describe(res)
+    assert line.endswith(tail) and line.startswith("'/usr/bin/apt-get -y install") and len(line) <= 1000
