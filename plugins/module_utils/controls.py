@@ -320,7 +320,7 @@ def cpu_driver(h: Host) -> Finding:
                            "the firmware has no CPPC (_CPC): no acpi_cppc in sysfs, so amd_pstate cannot load; "
                            "enable CPPC in the BIOS")
         if h.persisted is None:
-            return error(cid, "cannot tell the persisted kernel command line (no GRUB or proxmox-boot-tool config)")
+            return error(cid, no_persisted(h))
         param = h.persisted.get("amd_pstate")
         config_mode = (h.boot.get("amd_pstate_default_mode") or {}).get(default or "")
         upgrade = kernel_upgrade(h)
@@ -368,7 +368,7 @@ def cpu_driver(h: Host) -> Finding:
             return Finding(cid, "manual", driver, "intel_pstate",
                            "HWP is off in firmware (intel_pstate cannot run in active mode): enable it in the BIOS")
         if h.persisted is None:
-            return error(cid, "cannot tell the persisted kernel command line")
+            return error(cid, no_persisted(h))
         persisted_ok = h.persisted.get("intel_pstate") not in ("disable", "passive", "no_hwp")
         if persisted_ok and h.live.get("intel_pstate") in ("disable", "passive", "no_hwp"):
             return Finding(cid, "pending_reboot", driver, "intel_pstate", "takes effect at the next boot", True)
@@ -594,7 +594,7 @@ def iommu_mode(h: Host) -> Finding:
         return Finding(cid, "pass", "no host-owned device", "off or passthrough",
                        "no GPU, NIC or NVMe drive the host drives itself (the rest goes to VMs or is untrusted)")
     if h.persisted is None:
-        return error(cid, "cannot tell the persisted kernel command line")
+        return error(cid, no_persisted(h))
     arch = (h.section("os") or {}).get("machine") or "x86_64"
     x86 = arch in ("x86_64", "i686", "i386")
 
@@ -815,12 +815,22 @@ def not_applied_by_this_boot(h: Host, next_kernel: str | None, cmdline_differs: 
 ADDED_BY_LOADER = ("vt.handoff",)
 
 
+def no_persisted(h: Host) -> str:
+    """Why the command line the next boot gets is not known: the probe's reason (a GRUB value
+    over two lines, a file that cannot be read safely, naming file and line) when it has one."""
+    why = h.errors.get("boot")
+    return f"cannot tell the persisted kernel command line: {why}" if why else \
+        "cannot tell the persisted kernel command line (no GRUB or proxmox-boot-tool config)"
+
+
 def kernel_reboot_pending(h: Host) -> Finding:
     cid = "kernel.reboot_pending"
+    if h.errors.get("boot"):
+        return error(cid, no_persisted(h))      # the boot section could not be read: never "na"
     if h.boot.get("loader") is None:
         return na(cid, "no boot loader gpuhost manages (GRUB or proxmox-boot-tool) on this machine")
     if h.persisted is None:
-        return error(cid, h.errors.get("boot", "cannot read the persisted command line"))
+        return error(cid, no_persisted(h))
     unfinished = unfinished_refresh(h)
     if unfinished:
         return Finding(cid, "manual", h.boot.get("running_kernel"), "a boot loader that holds what its files say",

@@ -284,6 +284,13 @@ CASES = [
                                                                     "pinned": "6.8.12-4-pve"}},
      lambda root: (remove("/lib/modules/6.14.11-4-pve/updates/dkms/nvidia.ko")(root),
                    remove("/etc/kernel/proxmox-boot-pin")(root)), "kernel.reboot_pending", {}, "manual", "pin"),
+    # issue 19: the reason, not just "cannot tell", when a GRUB value cannot be read safely
+    ("kernel.reboot_pending/grub-value-over-two-lines", {"os": {"proxmox_ve": None}, "boot": {"loader": "grub"}},
+     write("/etc/default/grub.d/90-local.cfg", 'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX\n  mitigations=$(cat /x)"\n'),
+     "kernel.reboot_pending", {}, "error", "/etc/default/grub.d/90-local.cfg line 1"),
+    ("iommu.mode/grub-value-over-two-lines", {"os": {"proxmox_ve": None}, "boot": {"loader": "grub"}},
+     write("/etc/default/grub.d/90-local.cfg", 'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX\n  mitigations=$(cat /x)"\n'),
+     "iommu.mode", {}, "error", "/etc/default/grub.d/90-local.cfg line 1"),
     ("kernel.reboot_pending/grub-default-saved", {"os": {"proxmox_ve": None}, "boot": {"loader": "grub"},
                                                   "kernel": {"installed": ["6.12.9-amd64", "6.14.3-amd64"]}},
      lambda root: write("/boot/grub/grub.cfg", (root / "boot/grub/grub.cfg").read_text().replace(
