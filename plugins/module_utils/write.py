@@ -68,6 +68,30 @@ def write_atomic(module, path, content, new_mode=None):
     existed = os.path.exists(path)
     tmp = os.path.join(directory, ".%s.gpuhost-tmp" % os.path.basename(path))
     try:
+        _write_and_move(module, path, tmp, content, existed)
+    except OSError as exc:
+        module.fail_json(msg="cannot write %s: %s" % (path, why_not_written(path, exc)), path=path)
+    if not existed and new_mode is not None:
+        os.chmod(path, new_mode)
+
+
+def why_not_written(path, exc):
+    """The cause of a failed write in the operator's terms, not "One or more items failed"."""
+    import errno
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.EROFS and path.startswith("/etc/pve/"):
+        return reason + " (/etc/pve is read-only while this Proxmox VE node has no quorum: see `pvecm status`)"
+    if exc.errno == errno.ENOSPC:
+        return reason + " (the file system holding it is full)"
+    if exc.errno == errno.EDQUOT:
+        return reason + " (a disk quota is exhausted)"
+    if exc.errno == errno.EPERM:
+        return reason + " (an immutable file or directory? see `lsattr -d`)"
+    return reason
+
+
+def _write_and_move(module, path, tmp, content, existed):
+    try:
         if os.path.lexists(tmp):
             os.unlink(tmp)          # a leftover, or a link planted at the name: never written through
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -82,5 +106,3 @@ def write_atomic(module, path, content, new_mode=None):
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
-    if not existed and new_mode is not None:
-        os.chmod(path, new_mode)
