@@ -78,49 +78,76 @@ def main():
     p = module.params
     vmid = p["vmid"]
     path = "/etc/pve/lxc/%d.conf" % vmid
-    devices = dict((int(k), str(v)) for k, v in p["devices"].items())
     refusal = link_refusal(path)
     if refusal:
         module.fail_json(msg=refusal)
     fd = take_lock(module, vmid, p["lock_timeout"])
     try:
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="container %d: cannot read %s: %s" % (vmid, path, exc))
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            module.fail_json(msg="%s has bytes that are not UTF-8: gpuhost does not edit it" % path)
-        main_lines, _ = lxcconf.main_section(text)
-        held = [l.split(":", 1)[1].strip() for l in main_lines if re.match(r"^lock\s*:", l)]
-        if held:
-            module.fail_json(msg="container %d is locked (%s: a backup, migration or snapshot in progress): "
-                                 "nothing changed; run the fix again when it is done" % (vmid, held[0]))
-        pt = lxcconf.inspect(str(vmid), text)
-        blocked = lxcconf.blockers(pt, devices, p["dev_nodes"])
-        if blocked:
-            module.fail_json(msg="container %d: %s" % (vmid, "; ".join(blocked)))
-        fixed = lxcconf.repair(text, devices)
-        if fixed == text:
-            module.exit_json(changed=False, path=path)
-        problem = lxcconf.reads_back(text, fixed) or (
-            "still " + ", ".join(lxcconf.problems(lxcconf.inspect(str(vmid), fixed), devices))
-            if lxcconf.problems(lxcconf.inspect(str(vmid), fixed), devices) else None)
-        if problem:
-            module.fail_json(msg="container %d: the repair was refused (%s): nothing changed" % (vmid, problem))
-        result = dict(changed=True, path=path, diff=[dict(before_header=path, after_header=path, before=text,
-                                                          after=fixed)])
-        if not module.check_mode:
+        # read, judge and repair; just before the rename, the file is read again: one that
+        # changed meanwhile (an editor that does not take PVE's lock) is judged again from
+        # what it holds now, never overwritten with a repair of what it held before
+        for _ in range(3):
+            raw = read_config(module, vmid, path)
+            fixed, result = repaired(module, p, vmid, path, raw)
+            if fixed is None:
+                module.exit_json(changed=False, path=path)
+            if module.check_mode:
+                module.exit_json(**result)
+            if read_config(module, vmid, path) != raw:
+                continue
             try:
                 result["backup_file"] = backup(path, p["backup_dir"])
             except OSError as exc:
                 module.fail_json(msg="nothing changed: %s" % exc)
             write_atomic(module, path, fixed)
-        module.exit_json(**result)
+            module.exit_json(**result)
+        module.fail_json(msg="container %d: %s kept changing while gpuhost repaired it: nothing changed" % (vmid, path))
     finally:
         os.close(fd)
+
+
+# pmxcfs keeps each file of /etc/pve in memory and refuses a larger one with EFBIG (pve-cluster,
+# src/pmxcfs/memdb.c memdb_write against MEMDB_MAX_FILE_SIZE: 1 MiB today, 128 KiB in old
+# releases, where the write itself fails and says so): a repair that would pass it is not written
+PMXCFS_MAX_FILE_SIZE = 1024 * 1024
+
+
+def read_config(module, vmid, path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="container %d: cannot read %s: %s" % (vmid, path, exc))
+
+
+def repaired(module, p, vmid, path, raw):
+    """(the repaired text, the result to return), or (None, None) when nothing needs changing."""
+    devices = dict((int(k), str(v)) for k, v in p["devices"].items())
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        module.fail_json(msg="%s has bytes that are not UTF-8 (at byte %d): gpuhost does not edit it" % (path, exc.start))
+    main_lines, _ = lxcconf.main_section(text)
+    held = [l.split(":", 1)[1].strip() for l in main_lines if re.match(r"^lock\s*:", l)]
+    if held:
+        module.fail_json(msg="container %d is locked (%s: a backup, migration or snapshot in progress): "
+                             "nothing changed; run the fix again when it is done" % (vmid, held[0]))
+    pt = lxcconf.inspect(str(vmid), text)
+    blocked = lxcconf.blockers(pt, devices, p["dev_nodes"])
+    if blocked:
+        module.fail_json(msg="container %d: %s" % (vmid, "; ".join(blocked)))
+    fixed = lxcconf.repair(text, devices)
+    if fixed == text:
+        return None, None
+    problem = lxcconf.reads_back(text, fixed) or (
+        "still " + ", ".join(lxcconf.problems(lxcconf.inspect(str(vmid), fixed), devices))
+        if lxcconf.problems(lxcconf.inspect(str(vmid), fixed), devices) else None)
+    if not problem and len(fixed.encode("utf-8")) > PMXCFS_MAX_FILE_SIZE:
+        problem = "the repaired file would be over pmxcfs's 1 MiB limit for a file in /etc/pve"
+    if problem:
+        module.fail_json(msg="container %d: the repair was refused (%s): nothing changed" % (vmid, problem))
+    return fixed, dict(changed=True, path=path, diff=[dict(before_header=path, after_header=path, before=text,
+                                                           after=fixed)])
 
 
 if __name__ == "__main__":
