@@ -201,6 +201,7 @@ class App:
             # the audit task's own results are the reports: no second copy through the stats
             extra = {"gpuhost_report_stats": False, **(extra or {})}
         with Progress(self.err, title, done_task=AUDIT_TASK if audit else Progress.REPORT_TASK) as progress:
+            self._progress = progress
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
@@ -376,6 +377,12 @@ class App:
 
     interrupted: str = ""
     _handling: str | None = None      # the stop file while fix handles SIGINT/SIGTERM itself
+    _progress: "Progress | None" = None
+
+    def still_running(self) -> list[str]:
+        """What each host is doing now, as the play's events said: the changes a stop waits for."""
+        hosts = self._progress.hosts if self._progress else {}
+        return [f"{shown(h)}: {t}" for h, t in hosts.items() if t != "done" and not t.startswith("[red]")]
 
     @contextlib.contextmanager
     def interruptible(self):
@@ -390,6 +397,12 @@ class App:
                     self.interrupted = signal.Signals(signum).name
                     Path(stop).touch()
                     self.err.print(f"gpuhost fix: {self.interrupted}: finishing the change in flight, starting no new one")
+                else:
+                    # again: never a kill mid-change (dpkg, a boot-loader refresh), but say what it waits for
+                    left = self.still_running()
+                    self.err.print(f"gpuhost fix: {signal.Signals(signum).name} again: stopping as soon as "
+                                   + ("; ".join(left) if left else "the step in flight") + " ends; no new change "
+                                   "starts (SIGKILL would leave that step half-made)", highlight=False)
                 if getattr(self, "prompting", False):
                     raise KeyboardInterrupt
 

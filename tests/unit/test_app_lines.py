@@ -70,3 +70,26 @@ def test_host_text_in_the_plan_is_shown_as_it_is_never_as_markup_or_escape_seque
     assert out.getvalue().splitlines()[:2] == [
         "gpu[1]: will change",
         "  numa.balancing: set in /etc/sysctl.d/[tuned]/50-numa.conf [/x] \\x1b[1A\\x1b[2K\\x9b31m"], out.getvalue()
+
+
+def test_a_second_signal_says_what_the_stop_waits_for():
+    """Issue 19: a second Ctrl-C was ignored. It still kills nothing mid-change (dpkg, a
+    boot-loader refresh) but says which step on which host the stop waits for."""
+    import os
+    import signal
+
+    from gpuhost.app import Progress
+
+    err = io.StringIO()
+    app = App(Options(), console=Console(file=io.StringIO()), err=Console(file=err, width=300))
+    progress = Progress(Console(file=io.StringIO()), "gpuhost fix: apply")
+    progress.hosts = {"gpu1": "Install the kernel series' metapackages | kernel.version", "gpu2": "done"}
+    app._progress = progress
+    with app.interruptible() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert os.path.exists(stop)
+    assert err.getvalue().splitlines() == [
+        "gpuhost fix: SIGINT: finishing the change in flight, starting no new one",
+        "gpuhost fix: SIGINT again: stopping as soon as gpu1: Install the kernel series' metapackages | "
+        "kernel.version ends; no new change starts (SIGKILL would leave that step half-made)"]
