@@ -1379,6 +1379,18 @@ def hold_reboot(h: Host, finding: Finding) -> None:
                            "kernel log)")
 
 
+def respect_masks(h: Host, finding: Finding) -> None:
+    """A unit the fix would install that the administrator masked (systemctl mask: a link to
+    /dev/null in /etc/systemd/system, systemd.unit(5)) is their decision: the finding is
+    manual, never a fix that would unmask, replace or enable it."""
+    name = ((finding.fix or {}).get("unit") or {}).get("name") if isinstance(finding.fix, dict) else None
+    have = (h.f.get("units") or {}).get(name) or {} if name else {}
+    if have.get("masked"):
+        finding.status, finding.fix = "manual", {}
+        finding.message = (f"{finding.message}; {name} is masked ({have['path']} -> /dev/null), the administrator's "
+                           f"decision: gpuhost does not unmask it (`systemctl unmask {name}` lets gpuhost fix it)")
+
+
 def evaluate(facts: dict, settings: dict) -> dict[str, dict]:
     """One finding per control, in catalog order, as plain dicts."""
     facts, settings = plain(facts), plain(settings)
@@ -1407,6 +1419,8 @@ def evaluate(facts: dict, settings: dict) -> dict[str, dict]:
                 finding = error(cid, f"{type(exc).__name__}: {exc}")
         if finding.status == "pending_reboot":
             hold_reboot(h, finding)
+        if finding.status == "drift":
+            respect_masks(h, finding)
         w = waivers.get(cid)
         if w and finding.status in FAILING + ("error",):
             if str(w.get("expires", "9999-12-31")) >= today:

@@ -544,11 +544,15 @@ class Probe:
         unit path, then drop-ins (<unit>.d/*.conf from every unit directory, by file name),
         where an empty ExecStart= resets the list; enabled by a .wants link, or started by
         a udev rule (Ubuntu's nvidia persistenced has no [Install], 71-nvidia.rules starts it)."""
-        content, where = None, None
+        content, where, masked = None, None, False
         for d in UNIT_DIRS:
-            text = self.read(d + "/" + name)
+            path = d + "/" + name
+            if os.path.islink(self.p(path)) and os.readlink(self.p(path)) == "/dev/null":
+                content, where, masked = "", path, True      # `systemctl mask`: systemd.unit(5)
+                break
+            text = self.read(path)
             if text is not None:
-                content, where = text, d + "/" + name
+                content, where = text, path
                 break
         dropins = {}
         for d in reversed(UNIT_DIRS):
@@ -565,7 +569,7 @@ class Probe:
         enabled = any(os.path.lexists(self.p(d + "/multi-user.target.wants/" + name)) for d in UNIT_DIRS[:1])
         by_udev = any(re.search(r'SYSTEMD_WANTS\S*\s*[+:]?=\s*"?%s' % re.escape(name), text)
                       for text in self.udev_rules())
-        return {"content": content, "path": where, "enabled": enabled, "dropins": dropin_texts,
+        return {"content": content, "path": where, "enabled": enabled, "dropins": dropin_texts, "masked": masked,
                 "exec_start": execs, "started_by_udev": by_udev,
                 "installable": bool(re.search(r"^\s*\[Install\]", content or "", re.M))}
 

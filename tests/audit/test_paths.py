@@ -586,7 +586,7 @@ def test_reboot_ok_in_the_inventory_never_reboots_a_plain_fix(make_lab):
 
 
 def test_links_and_crlf_on_the_host_are_respected(make_lab, tmp_path):
-    """A masked unit (a link to /dev/null) is not replaced or enabled; a backup directory
+    """A masked unit (a link to /dev/null) is manual, never replaced or enabled; a backup directory
     that is a link is not written through; a CRLF /etc/default/grub, which Debian's own
     grub-mkconfig cannot source, comes back byte for byte with the failure named.
     (A container config with bytes that are not UTF-8: tests/unit/test_never_harm.py.)"""
@@ -597,8 +597,11 @@ def test_links_and_crlf_on_the_host_are_respected(make_lab, tmp_path):
     lab.ssh(host, "sed -i 's/$/\\r/' /etc/default/grub && ln -s /dev/null /etc/systemd/system/gpuhost-cpu-cstates.service")
     lines = lab.out(host, "wc -l < /etc/default/grub")
     fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "cpu.driver,cpu.cstates")
-    assert fix.status(host)["cpu.cstates"] == "error", fix.stderr[-2000:]
-    assert "symbolic link to /dev/null" in fix.finding(host, "cpu.cstates")["message"]
+    # the audit already says it: the administrator's mask is theirs (manual), the fix never touches it
+    assert fix.status(host)["cpu.cstates"] == "manual", fix.stderr[-2000:]
+    assert "gpuhost-cpu-cstates.service is masked (/etc/systemd/system/gpuhost-cpu-cstates.service -> /dev/null)" \
+        in fix.finding(host, "cpu.cstates")["message"]
+    assert "cpu.cstates" not in fix.changed(host)
     assert lab.out(host, "readlink /etc/systemd/system/gpuhost-cpu-cstates.service") == "/dev/null", "the mask stays"
     assert lab.ssh(host, "test -e /etc/systemd/system/multi-user.target.wants/gpuhost-cpu-cstates.service",
                    check=False).returncode != 0, "a masked unit is never enabled"

@@ -104,6 +104,16 @@ def write(path: str, text: str) -> Callable[[Path], None]:
     return apply
 
 
+def mask(unit: str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        target = root / "etc/systemd/system" / unit
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists() or target.is_symlink():
+            target.unlink()
+        target.symlink_to("/dev/null")
+    return apply
+
+
 def remove(path: str) -> Callable[[Path], None]:
     return lambda root: (root / path.lstrip("/")).unlink()
 
@@ -171,6 +181,9 @@ CASES = [
                                                        {"name": "C2", "latency_us": 800}]}}, None, "cpu.cstates",
      {"cstate_max_latency_us": 1000}, "pass", ""),
     ("cpu.cstates/intel-deep", {**INTEL, **INTEL_IDLE}, None, "cpu.cstates", {}, "drift", "C6"),
+    # issue 19: the administrator masked gpuhost's unit (systemctl mask): manual, never unmasked
+    ("cpu.cstates/unit-masked", {**INTEL, **INTEL_IDLE}, mask("gpuhost-cpu-cstates.service"), "cpu.cstates", {},
+     "manual", "systemctl unmask gpuhost-cpu-cstates.service"),
     ("cpu.cstates/intel-max-cstate-2-counts-entries", {**INTEL, **INTEL_IDLE,
                                                        **cmdline(ROOT_ARGS + " iommu=pt intel_idle.max_cstate=2")},
      None, "cpu.cstates", {}, "pass", ""),
