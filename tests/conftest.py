@@ -169,3 +169,20 @@ def inventory_with(lab: "LabHandle", host_vars: dict[str, dict]) -> Path:
     path = lab.dir.parent / f"inventory-{abs(hash(json.dumps(host_vars, sort_keys=True, default=str)))}.yml"
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
+
+
+# The longest files first: with two xdist workers a long test collected last runs alone at
+# the end while the other worker idles; started first, the many short unit tests fill the
+# gaps at the end instead. Whole files move, so a module's shared lab stays in one place.
+LONG_FIRST = ("tests/audit/test_molecule.py", "tests/audit/test_host_matrix.py", "tests/audit/test_readme.py",
+              "tests/audit/test_seed.py", "tests/audit/test_verify.py", "tests/audit/test_paths.py",
+              "tests/audit/test_each_control.py", "tests/audit/test_real_world_hosts.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        if path in LONG_FIRST:
+            return LONG_FIRST.index(path)
+        return len(LONG_FIRST) + (0 if path.startswith("tests/audit/") else 1)
+    items.sort(key=rank)

@@ -75,7 +75,17 @@ def test_audit_preview_shows_the_fix_in_check_mode_and_still_writes_nothing(seed
 def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
     from conftest import SEED_GUEST, SEED_HOST
 
+    from test_verify import verify
+
     lab = make_lab(SEED_HOST, SEED_GUEST)
+    # gpuhost verify (testinfra, its own reads) disagrees with the broken seed, on the host only
+    failing = verify("-i", str(lab.inventory))
+    assert failing.returncode == 2, failing.stdout[-2000:]
+    failed = {line.split("::")[1].split("[")[0] for line in failing.stdout.splitlines() if line.startswith("FAILED")}
+    assert failed == {"test_cpu_driver", "test_cpu_cstates", "test_numa_balancing", "test_pcie_mrrs", "test_iommu_mode",
+                      "test_kernel_version", "test_nvidia_persistence", "test_lxc_gpu_passthrough", "test_storage_scheduler"}
+    assert all("pve-gpu1" in line for line in failing.stdout.splitlines() if line.startswith("FAILED")), \
+        "the container passes"
     before = lab.snapshot("pve-gpu1")
     ct130 = lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf")
     boot_id = lab.status("pve-gpu1")["boot_id"]
@@ -87,6 +97,8 @@ def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
     assert run.status("llm-two") == GUEST_EXPECTED
     assert lab.status("pve-gpu1")["boot_id"] != boot_id, "the host was rebooted"
     assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
+    passing = verify("-i", str(lab.inventory))
+    assert passing.returncode == 0 and "28 passed" in passing.stdout, passing.stdout[-3000:]
     # what the fix must leave alone
     after = lab.snapshot("pve-gpu1")
     for bdf in UNTOUCHED_DEVICES:
