@@ -183,6 +183,12 @@ def strange_addresses(devices: list[dict]) -> list[str]:
     return [repr(d.get("bdf")) for d in devices if not PCI_ADDRESS.match(str(d.get("bdf")))]
 
 
+def content_sha256(text: str | None) -> str:
+    """A file's text as the file module compares it (read with surrogateescape); "absent" for none."""
+    import hashlib
+    return "absent" if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def unit(name: str, description: str, commands: list[str]) -> dict:
     """A oneshot unit that re-applies a runtime setting at every boot."""
     execs = "".join(f"ExecStart={c}\n" for c in commands)
@@ -544,10 +550,14 @@ def numa_balancing(h: Host) -> Finding:
             src = a["real_path"]
             # a vendor file is shadowed by one of the same name in /etc/sysctl.d, never edited
             dest = f"/etc/sysctl.d/{a['name']}" if src.startswith(VENDOR_SYSCTL_DIRS) else src
-            entry = files.setdefault(dest, {"path": dest, "text": sysctl["contents"][src], "lines": set()})
+            entry = files.setdefault(dest, {"path": dest, "text": sysctl["contents"][src], "lines": set(),
+                                            # what the judgement read there: the write refuses a file
+                                            # that changed since (a line added meanwhile is never lost)
+                                            "expect": sysctl["contents"][src] if dest == src else None})
             entry["lines"].add(a["line"])
         fix["files"] = [{"path": e["path"], "content": comment_out(e["text"], e["lines"],
-                                                                      "disabled by gpuhost (numa.balancing)")}
+                                                                      "disabled by gpuhost (numa.balancing)"),
+                         "expect_sha256": content_sha256(e["expect"])}
                         for e in files.values()]
         if not fix["files"]:
             del fix["files"]

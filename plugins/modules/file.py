@@ -21,6 +21,11 @@ options:
   mode: {description: Permissions for a new file (an existing file keeps its own), type: str, default: "0644"}
   backup_dir: {description: Where to keep a timestamped copy of a file before changing it, type: path}
   wanted_by: {description: A systemd target whose .wants directory links the unit, type: str}
+  expect_sha256:
+    description:
+      - "The SHA-256 of the content the caller computed I(content) from (C(absent): no file). A file that
+        differs now (changed since it was read) is not written: the task fails saying so."
+    type: str
 author: gpuhost
 """
 
@@ -37,6 +42,7 @@ backup_file: {description: the copy kept, returned: when a file was changed and 
 linked: {description: the wants link made, returned: when made, type: str}
 """
 
+import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -46,7 +52,8 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup,
 def main():
     module = AnsibleModule(argument_spec=dict(
         path=dict(type="path", required=True), content=dict(type="str", required=True),
-        mode=dict(type="str", default="0644"), backup_dir=dict(type="path"), wanted_by=dict(type="str")),
+        mode=dict(type="str", default="0644"), backup_dir=dict(type="path"), wanted_by=dict(type="str"),
+        expect_sha256=dict(type="str")),
         supports_check_mode=True)
     p = module.params
     path, content = p["path"], p["content"]
@@ -59,6 +66,14 @@ def main():
     refusal = link_refusal(path)
     if refusal:
         module.fail_json(msg=refusal, path=path)
+    if p["expect_sha256"] and before != content:
+        now = "absent" if before is None else \
+            hashlib.sha256(before.encode("utf-8", "surrogateescape")).hexdigest()
+        if now != p["expect_sha256"]:
+            # the content was computed from what the audit read: written now it would undo
+            # whatever changed since (a line someone added); the next run judges it again
+            module.fail_json(msg="%s changed since the audit read it: nothing written (run the fix again to "
+                                 "judge it as it is now)" % path, path=path)
     result = dict(changed=False, path=path)
     diffs = []
     if before != content:

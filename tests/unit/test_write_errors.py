@@ -52,3 +52,40 @@ def test_a_read_only_file_system_is_named_with_its_cause(tmp_path):
 ])
 def test_each_cause_is_said_in_the_operators_terms(code, path, said):
     assert write.why_not_written(path, OSError(code, os.strerror(code))) == said
+
+
+def run_module(name: str, args: dict) -> dict:
+    """A gpuhost module run as Ansible runs it on a host: its arguments in a JSON file."""
+    import json
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
+    env = dict(os.environ, PYTHONPATH=str(root / "src/gpuhost/_collections"))
+    res = subprocess.run([sys.executable, str(root / f"plugins/modules/{name}.py"), f.name],
+                         capture_output=True, text=True, env=env, timeout=60)
+    os.unlink(f.name)
+    return json.loads(res.stdout)
+
+
+def test_a_sysctl_file_that_changed_since_the_audit_is_not_written_over(tmp_path):
+    """Issue 19: numa.balancing's edit of another sysctl file was computed from the audit's read
+    and written later: a line added meanwhile was lost. The write now refuses a file that
+    changed, and writes one that did not."""
+    from gpuhost.controls import content_sha256
+
+    conf = tmp_path / "sysctl.conf"
+    read = "kernel.numa_balancing = 1\n"
+    conf.write_text(read + "vm.swappiness = 10\n")          # a line added after the audit read it
+    out = run_module("file", {"path": str(conf), "content": "# disabled\n#kernel.numa_balancing = 1\n",
+                              "expect_sha256": content_sha256(read)})
+    assert out.get("failed") and out["msg"] == (f"{conf} changed since the audit read it: nothing written "
+                                                "(run the fix again to judge it as it is now)"), out
+    assert conf.read_text() == read + "vm.swappiness = 10\n"
+    conf.write_text(read)
+    out = run_module("file", {"path": str(conf), "content": "#kernel.numa_balancing = 1\n",
+                              "expect_sha256": content_sha256(read)})
+    assert out["changed"] and conf.read_text() == "#kernel.numa_balancing = 1\n", out
