@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Action plugin gpuhost.stack.lock: wait for a host's lock on the controller, not on the host.
 
-The module only ever tries once (``if_busy=return``); the waiting is this loop, so:
+The module only ever tries once; the waiting is this loop, so:
 - a run that is killed stops waiting with it: no module left on the host to take the lock
   later in a dead run's name;
 - a run that is told to stop (its stop file: SIGINT/SIGTERM, or its gpuhost process gone)
@@ -24,20 +24,18 @@ MODULE = "gpuhost.stack.lock"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("state", "path", "holder", "wait", "max_age", "token", "if_busy", "run",
-                             "take_over", "stop_file"))
+    _VALID_ARGS = frozenset(("state", "path", "holder", "wait", "max_age", "token", "run", "take_over", "stop_file"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         stop_file = args.pop("stop_file", None) or ""
-        if args.get("state") != "acquired" or self._task.check_mode or args.get("if_busy") == "return":
-            return {**result, **self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)}
         wait = int(args.pop("wait", 1800) or 0)
-        start, took_over = time.monotonic(), None
-        take_over = None
+        if args.get("state") != "acquired" or self._task.check_mode:
+            return {**result, **self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)}
+        start, took_over, take_over = time.monotonic(), None, None
         while True:
-            tried = dict(args, if_busy="return", **({"take_over": take_over} if take_over else {}))
+            tried = dict(args, **({"take_over": take_over} if take_over else {}))
             res = self._execute_module(module_name=MODULE, module_args=tried, task_vars=task_vars)
             if res.get("failed") or not res.get("busy"):
                 res["waited"] = round(time.monotonic() - start, 1)
@@ -50,6 +48,8 @@ class ActionModule(ActionBase):
                 take_over = held["run"]["id"]
                 took_over = {"holder": held.get("holder"), "since": held.get("since"), "why": "its run is gone"}
                 continue
+            if wait == 0:
+                return {**result, **res}        # tried once: the caller decides (lock.yml gives back the rest)
             if stop_file and os.path.exists(stop_file):
                 return {**result, "failed": True, "stopped": True,
                         "msg": "stopped while waiting for the host's lock (%s holds it): nothing was changed"

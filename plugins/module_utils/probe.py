@@ -24,6 +24,8 @@ WATCHED_SYSCTLS = ("kernel.numa_balancing",)
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 OWNED_UNITS = ("gpuhost-cpu-governor.service", "gpuhost-cpu-cstates.service", "gpuhost-pcie-mrrs.service",
                "gpuhost-pcie-acs.service", "gpuhost-storage-scheduler.service", "nvidia-persistenced.service")
+# the journal gpuhost's cmdline module keeps while it edits and refreshes the boot loader
+REFRESH_JOURNAL = "/var/lib/gpuhost/boot-refresh.json"
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
 
@@ -332,7 +334,7 @@ class Probe:
     def unfinished_refresh(self):
         """The journal gpuhost's cmdline module keeps while it edits and refreshes the boot
         loader: still there, the refresh never finished (modules/cmdline.py)."""
-        text = self.read("/var/lib/gpuhost/boot-refresh.json")
+        text = self.read(REFRESH_JOURNAL)
         if text is None:
             return None
         try:

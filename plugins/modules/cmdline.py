@@ -61,7 +61,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, safe_dir, write_atomic
-from ansible_collections.gpuhost.stack.plugins.module_utils.probe import GRUB_VARS, Probe, ShellValueError, read_shell_assignments, shell_scan
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe import GRUB_VARS, REFRESH_JOURNAL, Probe, ShellValueError, read_shell_assignments, shell_scan
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
 BOOT_UUIDS = "/etc/kernel/proxmox-boot-uuids"
@@ -198,31 +198,17 @@ def read(path):
         return None
 
 
-# a boot-loader refresh gpuhost started and did not see finish (module_utils/probe reads it)
-JOURNAL = "/var/lib/gpuhost/boot-refresh.json"
-
-
-def read_journal():
-    try:
-        with open(JOURNAL) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {"since": "?"}
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {"since": "?"}
-
-
 def write_journal(module, refresh, before, after):
-    safe_dir(os.path.dirname(JOURNAL), 0o755)
+    """The intent, on disk before the first byte changes (module_utils/probe reads it back)."""
+    safe_dir(os.path.dirname(REFRESH_JOURNAL), 0o755)
     record = {"refresh": " ".join(refresh), "before": before, "after": after,
               "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    write_atomic(module, JOURNAL, json.dumps(record, sort_keys=True) + "\n", new_mode=0o644)
+    write_atomic(module, REFRESH_JOURNAL, json.dumps(record, sort_keys=True) + "\n", new_mode=0o644)
 
 
 def clear_journal():
     try:
-        os.unlink(JOURNAL)
+        os.unlink(REFRESH_JOURNAL)
     except FileNotFoundError:
         pass
 
@@ -301,7 +287,7 @@ def main():
         module.fail_json(msg="no boot loader configuration gpuhost can edit (%s with %s, or %s); loader: %s"
                              % (KERNEL_CMDLINE, BOOT_UUIDS, GRUB_DEFAULT, loader))
 
-    unfinished = read_journal()
+    unfinished = probe.unfinished_refresh()
     result = dict(changed=bool(files) or bool(unfinished), loader=loader, before=before, after=after_s,
                   diff=[dict(before_header=p, after_header=p, before=b, after=a) for p, (b, a) in files.items()])
     if (files or unfinished) and not module.check_mode:

@@ -10,25 +10,24 @@ DOCUMENTATION = r"""
 module: lock
 short_description: Take or give back the lock that lets one gpuhost run at a time change a host
 description:
-  - C(state=acquired) creates I(path) exclusively (C(O_CREAT|O_EXCL)), waiting up to
-    I(wait) seconds while another run holds it, and returns a I(token) that
-    C(state=released) must present, so a run only ever gives back its own lock.
+  - C(state=acquired) creates I(path) exclusively (C(O_CREAT|O_EXCL)) and returns a
+    I(token) that C(state=released) must present, so a run only ever gives back its own
+    lock. It never waits: a lock another run holds comes back as C(busy), with its record.
+    Waiting is the action plugin of the same name's, on the controller (I(wait)), so a run
+    that dies leaves nothing waiting on the host.
   - "The lock lives under C(/run), a tmpfs: a reboot clears it. A lock recorded under
     another boot ID, or older than I(max_age) seconds (its run died without giving it
     back), is stale and taken over."
-  - "With I(if_busy=return) a held lock is not waited for: the result says C(busy) and who
-    holds it, so the caller (the action plugin of the same name, which waits on the
-    controller) can give back other hosts' locks, or take over a lock whose run it knows is
-    gone (I(take_over))."
+  - "The caller can take over a lock whose run it knows is gone (I(take_over))."
   - Taking or giving back the lock changes nothing gpuhost reports (C(changed) is false).
 options:
   state: {description: acquired or released, type: str, choices: [acquired, released], required: true}
   path: {description: The lock file, type: path, default: /run/gpuhost/fix.lock}
   holder: {description: Who takes it, as other runs will be told, type: str, default: gpuhost}
-  wait: {description: Seconds to wait for another run's lock, type: int, default: 1800}
+  wait: {description: "Seconds to wait for another run's lock, on the controller (the action plugin); 0: return busy at once", type: int, default: 1800}
+  stop_file: {description: "The action plugin stops waiting, having changed nothing, once this file exists (the run was told to stop)", type: path}
   max_age: {description: Seconds after which a lock whose run never gave it back is stale, type: int, default: 14400}
   token: {description: The token acquired returned (state=released), type: str}
-  if_busy: {description: wait for a held lock or return at once saying it is busy, type: str, choices: [wait, return], default: wait}
   run: {description: "The run taking the lock (controller, uid, id), recorded so that its controller can tell when it is gone", type: dict}
   take_over: {description: "The id of a run its controller found gone: its lock is stale and replaced", type: str}
 author: gpuhost
@@ -44,9 +43,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 token: {description: the lock's token, returned: when acquired, type: str}
-waited: {description: seconds spent waiting for another run, returned: when acquired, type: float}
+waited: {description: seconds spent waiting for another run (the action plugin), returned: when acquired, type: float}
 took_over: {description: the stale lock that was replaced, returned: when one was, type: dict}
-busy: {description: another run holds the lock (if_busy=return), returned: always when acquiring, type: bool}
+busy: {description: another run holds the lock, returned: always when acquiring, type: bool}
 held: {description: the lock's record (holder, since, run), returned: when busy, type: dict}
 """
 
@@ -57,9 +56,6 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import safe_dir
-
-POLL_S = 0.5
-
 
 def boot_id():
     try:
@@ -108,13 +104,11 @@ def acquire(module):
               "boot_id": boot_id()}
     if p["run"]:
         record["run"] = p["run"]
-    start = time.monotonic()
     took_over = None
     while True:
         try:
             try_create(path, record)
-            return dict(changed=False, token=token, busy=False, waited=round(time.monotonic() - start, 1),
-                        **({"took_over": took_over} if took_over else {}))
+            return dict(changed=False, token=token, busy=False, **({"took_over": took_over} if took_over else {}))
         except FileExistsError:
             pass
         held = read_lock(path)
@@ -127,12 +121,7 @@ def acquire(module):
             except FileNotFoundError:
                 pass
             continue
-        if p["if_busy"] == "return":
-            return dict(changed=False, busy=True, held={k: held.get(k) for k in ("holder", "since", "run")})
-        if time.monotonic() - start >= p["wait"]:
-            module.fail_json(msg="another gpuhost run changes this host: %s holds %s since %s (waited %d s)"
-                                 % (held.get("holder", "?"), path, held.get("since", "?"), p["wait"]))
-        time.sleep(POLL_S)
+        return dict(changed=False, busy=True, held={k: held.get(k) for k in ("holder", "since", "run")})
 
 
 def release(module):
@@ -149,16 +138,14 @@ def main():
         argument_spec=dict(state=dict(type="str", required=True, choices=["acquired", "released"]),
                            path=dict(type="path", default="/run/gpuhost/fix.lock"),
                            holder=dict(type="str", default="gpuhost"),
-                           wait=dict(type="int", default=1800),
                            max_age=dict(type="int", default=14400),
                            token=dict(type="str", no_log=False),
-                           if_busy=dict(type="str", default="wait", choices=["wait", "return"]),
                            run=dict(type="dict"),
                            take_over=dict(type="str")),
         required_if=[("state", "released", ("token",))],
         supports_check_mode=True)
     if module.check_mode:
-        module.exit_json(changed=False, token="", busy=False, waited=0)     # an audit holds no lock
+        module.exit_json(changed=False, token="", busy=False)     # an audit holds no lock
     result = acquire(module) if module.params["state"] == "acquired" else release(module)
     module.exit_json(**result)
 
