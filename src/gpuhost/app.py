@@ -527,7 +527,7 @@ def run_verify(inventory: str | None, limit: str | None) -> int:
         raise BadInput(f"-i: no inventory at {inventory}")
     hosts = f"ansible://{limit or 'all'}" if inventory else "local://"
     args = [sys.executable, "-m", "pytest", str(PROJECT / "tests/verify"), "-p", "no:cacheprovider",
-            "--rootdir", str(PROJECT / "tests/verify"), "-o", "addopts=", f"--hosts={hosts}", "-q", "-rf"]
+            "--rootdir", str(PROJECT / "tests/verify"), "-o", "addopts=", f"--hosts={hosts}", "-q", "-rfs"]
     if inventory:
         args.append(f"--ansible-inventory={Path(inventory).resolve()}")
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True",

@@ -28,6 +28,29 @@ class View:
     def read(self, path: str) -> str:
         return self.host.file(path).content_string.strip()
 
+    def skip(self, why: str):
+        """What does not apply is skipped, naming the host and the reason; never a pass."""
+        pytest.skip(f"{self.name}: {why}")
+
+    @property
+    def name(self) -> str:
+        backend = self.host.backend
+        return str(getattr(backend, "host", None) or backend.get_hostname())
+
+    def setting(self, name: str, default):
+        """The inventory's value of a gpuhost parameter for this host (its default on this
+        machine or without an inventory): a host set to 1000 us is judged against 1000 us."""
+        try:
+            value = self.host.ansible.get_variables().get(name, default)
+        except Exception:       # not an Ansible-backed host (local://): the defaults
+            return default
+        if isinstance(default, int) and not isinstance(value, bool):
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return default
+        return value
+
 
 @pytest.fixture
 def view(host):
