@@ -24,12 +24,14 @@ MODULE = "gpuhost.stack.lock"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("state", "path", "holder", "wait", "max_age", "token", "run", "take_over", "stop_file"))
+    _VALID_ARGS = frozenset(("state", "path", "holder", "wait", "max_age", "token", "run", "take_over", "stop_file",
+                             "try_only"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         stop_file = args.pop("stop_file", None) or ""
+        try_only = bool(args.pop("try_only", False))        # busy is an answer, not a failure
         wait = int(args.pop("wait", 1800) or 0)
         if args.get("state") != "acquired" or self._task.check_mode:
             return {**result, **self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)}
@@ -48,7 +50,7 @@ class ActionModule(ActionBase):
                 take_over = held["run"]["id"]
                 took_over = {"holder": held.get("holder"), "since": held.get("since"), "why": "its run is gone"}
                 continue
-            if wait == 0:
+            if try_only:
                 return {**result, **res}        # tried once: the caller decides (lock.yml gives back the rest)
             if stop_file and os.path.exists(stop_file):
                 return {**result, "failed": True, "stopped": True,

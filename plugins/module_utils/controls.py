@@ -1324,8 +1324,9 @@ def unfinished_refresh(h: Host) -> str | None:
         return None
     return (f"a boot-loader refresh gpuhost started at {j.get('since', '?')} did not finish (power loss, or "
             f"`{j.get('refresh', 'the refresh')}` failed): the boot loader may hold `{j.get('after', '?')}` or "
-            f"`{j.get('before', '?')}` on each of its targets; run `{j.get('refresh', 'the refresh')}` (or gpuhost fix "
-            "for a control that edits the command line) before any reboot")
+            f"`{j.get('before', '?')}` on each of its targets; before any reboot run `{j.get('refresh', 'the refresh')}` "
+            "and then remove /var/lib/gpuhost/boot-refresh.json (gpuhost fix does both when a control that edits the "
+            "command line drifts)")
 
 
 def reboot_blocked(h: Host) -> str | None:

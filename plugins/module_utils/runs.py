@@ -23,16 +23,18 @@ import uuid
 
 
 def controller_id():
-    """This machine, as the lock records name it (machine-id; the host name where none)."""
-    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
-        try:
-            with open(path) as f:
-                value = f.read().strip()
-            if value:
-                return value
-        except OSError:
-            pass
-    return socket.gethostname()
+    """This controller's registry, as host locks name it: a random ID kept in the registry
+    directory itself. Not the machine-id, which cloned VMs and containers built from one
+    image share: a run is judged gone only by the registry that holds (or held) its file."""
+    path = os.path.join(registry_dir(), "controller")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(uuid.uuid4().hex + "\n")
+    except FileExistsError:
+        pass
+    with open(path) as f:
+        return f.read().strip() or socket.gethostname()
 
 
 def registry_dir():
@@ -85,15 +87,17 @@ def is_ours(run):
 
 
 def gone(run):
-    """True when *run* was started on this controller by this user and no process of it
-    lives; False when it lives or cannot be judged from here (another controller or user)."""
+    """True when *run* was registered in this registry (this controller, this user, since
+    its /tmp was last emptied) and no process of it lives; False when it lives or cannot be
+    judged from here (another controller, user, or a registry since emptied: then the lock
+    is judged by its boot ID and age, as any other)."""
     if not is_ours(run) or not isinstance(run.get("id"), str) or not run["id"].isalnum():
         return False
     path = os.path.join(registry_dir(), run["id"])
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        return True             # ended (its file removed) or the controller rebooted (/tmp emptied)
+        return True             # ended: its file removed (this registry's ID is the one in the lock)
     except OSError:
         return False
     try:

@@ -25,6 +25,7 @@ options:
   path: {description: The lock file, type: path, default: /run/gpuhost/fix.lock}
   holder: {description: Who takes it, as other runs will be told, type: str, default: gpuhost}
   wait: {description: "Seconds to wait for another run's lock, on the controller (the action plugin); 0: return busy at once", type: int, default: 1800}
+  try_only: {description: "Try once and return C(busy) with the holder, never failing (the action plugin)", type: bool, default: false}
   stop_file: {description: "The action plugin stops waiting, having changed nothing, once this file exists (the run was told to stop)", type: path}
   max_age: {description: Seconds after which a lock whose run never gave it back is stale, type: int, default: 14400}
   token: {description: The token acquired returned (state=released), type: str}

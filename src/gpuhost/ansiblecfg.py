@@ -79,3 +79,13 @@ def merged_config(directory: Path, cwd: Path | None = None) -> Path:
         f.write(f"# gpuhost's run settings over {mine or 'no ansible.cfg of the operator'}\n")
         cfg.write(f)
     return out
+
+
+def callbacks_enabled(config: Path) -> str:
+    """The callbacks a run enables: the operator's (environment, then their ansible.cfg, as
+    merged into *config*) and gpuhost's run guard, which must never be left out."""
+    cfg = _parser()
+    cfg.read(config)
+    names = [c.strip() for c in os.environ.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c.strip()]
+    names += [c.strip() for c in cfg.get("defaults", "callbacks_enabled", fallback="").split(",") if c.strip()]
+    return ",".join(dict.fromkeys(names + [RUN_GUARD]))

@@ -207,10 +207,19 @@ def check_extra_vars(ev: str) -> None:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         return (getattr(exc, "problem", None) or " ".join(str(exc).split())) + where
 
+    class Tolerant(yaml.SafeLoader):
+        """Ansible's own tags (!vault, !unsafe) are Ansible's to read: here only the shape counts."""
+
+    Tolerant.add_multi_constructor("!", lambda loader, tag, node: None)
+    if not ev.strip():
+        return                  # Ansible skips an empty -e too
     if ev.startswith("@"):
         path = Path(ev[1:]).expanduser()
         try:
-            data = yaml.safe_load(path.read_text())
+            text = path.read_text(errors="replace")
+            if text.startswith("$ANSIBLE_VAULT;"):
+                return          # an ansible-vault file: ansible-playbook decrypts it
+            data = yaml.load(text, Loader=Tolerant)
         except OSError as exc:
             raise UsageError(f"-e {ev}: cannot read the file: {exc.strerror}") from None
         except yaml.YAMLError as exc:
@@ -219,7 +228,7 @@ def check_extra_vars(ev: str) -> None:
             raise UsageError(f"-e {ev}: must hold a mapping of variables, not a {type(data).__name__}")
     elif ev.lstrip().startswith(("{", "[")):
         try:
-            data = yaml.safe_load(ev)
+            data = yaml.load(ev, Loader=Tolerant)
         except yaml.YAMLError as exc:
             raise UsageError(f"-e: not valid JSON or YAML: {why(exc)}") from None
         if not isinstance(data, dict):

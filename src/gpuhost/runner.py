@@ -25,7 +25,7 @@ from .failure import describe
 from .inventory import BAD_INPUT_MARK
 
 from . import COLLECTION, COLLECTIONS
-from .ansiblecfg import merged_config
+from .ansiblecfg import callbacks_enabled, merged_config
 
 # the collection's root: the checkout itself, or the wheel's copy of it
 PROJECT = COLLECTION
@@ -164,7 +164,11 @@ class PlaybookRun:
             cmdline.append("--check")
         if self.diff:
             cmdline.append("--diff")
-        env = {"ANSIBLE_CONFIG": str(merged_config(private)),
+        config = merged_config(private)
+        env = {"ANSIBLE_CONFIG": str(config),
+               # the run guard whatever the operator's environment says: ANSIBLE_CALLBACKS_ENABLED
+               # (common in CI) would otherwise replace the config's list and drop it
+               "ANSIBLE_CALLBACKS_ENABLED": callbacks_enabled(config),
                # ansible-runner turns host key checking off unless told: a GPU host whose key
                # changed is someone else's until an operator says otherwise
                "ANSIBLE_HOST_KEY_CHECKING": "True",

@@ -527,6 +527,9 @@ def test_a_fix_waits_for_another_runs_lock_and_an_audit_does_not(make_lab):
     assert "another gpuhost run changes this host: gpuhost fix by ops@ctl02 (pid 4242) holds /run/gpuhost/fix.lock" \
         " since 2026-12-01T09:00:00Z (waited 2 s)" in error, error
     assert fix.changed("pve-gpu1") == set() and lab.disk("pve-gpu1") == disk, "nothing changed while locked"
+    at_once = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "numa.balancing", "--lock-timeout", "0")
+    assert at_once.rc == 3 and "holds /run/gpuhost/fix.lock since 2026-12-01T09:00:00Z (waited 0 s)" in \
+        at_once.report["hosts"]["pve-gpu1"]["error"], "no wait: the holder named at once"
     # the holder gives it back: the next fix runs, and gives its own lock back too
     lab.ssh("pve-gpu1", "rm /run/gpuhost/fix.lock")
     again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "numa.balancing")
