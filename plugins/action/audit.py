@@ -63,7 +63,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain, reboot_record
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
-    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, settings_from)
+    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, render_waivers, settings_from)
 
 
 def gpu_devices(facts: dict) -> list:
@@ -153,16 +153,11 @@ class ActionModule(ActionBase):
         values = {}
         for name in sorted(str(k) for k in task_vars if str(k).startswith("gpuhost_")):
             try:
-                values[name] = plain(self._templar.template(task_vars[name]))
+                raw = task_vars[name]
+                # a waiver's reason is the operator's prose, shown as written (never rendered)
+                values[name] = plain(render_waivers(raw, self._templar.template) if name == "gpuhost_waivers"
+                                     else self._templar.template(raw))
             except Exception as exc:        # AnsibleUndefinedVariable and template errors alike
                 raise cannot_render(host, name, exc) from None
-        # a waiver's reason is the operator's prose, shown as written: `{{ 7*7 }}` in it stays
-        # that text (Ansible would render it as 49); only a list given by a template is rendered whole
-        raw = task_vars.get("gpuhost_waivers")
-        if isinstance(raw, list) and isinstance(values.get("gpuhost_waivers"), list) \
-                and len(raw) == len(values["gpuhost_waivers"]):
-            for given, rendered in zip(raw, values["gpuhost_waivers"]):
-                if isinstance(given, dict) and isinstance(rendered, dict) and isinstance(given.get("reason"), str):
-                    rendered["reason"] = str(given["reason"])
         check_vars(host, values)
         return values

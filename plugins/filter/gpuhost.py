@@ -11,7 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import plain
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
-    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars)
+    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, render_waivers)
 
 
 def _value(hostvars, name, host):
@@ -20,7 +20,11 @@ def _value(hostvars, name, host):
     from jinja2 import Undefined
 
     try:
-        value = hostvars[name]
+        raw = getattr(hostvars, "_vars", None)      # HostVarsVars: the variables before templating
+        if name == "gpuhost_waivers" and raw is not None and name in raw:
+            value = render_waivers(raw[name], getattr(hostvars, "_templar").template)
+        else:
+            value = hostvars[name]
         if isinstance(value, Undefined):
             str(value)                  # raises, saying which variable is undefined
         return plain(value)

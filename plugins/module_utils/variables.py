@@ -143,3 +143,19 @@ def settings_from(values: dict, run_tags=()) -> dict:
     # --controls (gpuhost_controls), else the controls `--tags` selects, else all of them
     settings["controls"] = values.get("gpuhost_controls") or controls_for_tags(run_tags)
     return settings
+
+
+def render_waivers(raw, render):
+    """gpuhost_waivers as the judgement reads them: each field rendered by *render* (Ansible's
+    templar) but the reason, the operator's prose, which is kept as written: `{{ 7*7 }}` or
+    `see {{ JIRA-123 }}` in it is text, never a template to render or to fail on. A list
+    given by a template ("{{ site_waivers }}") is rendered whole."""
+    if not isinstance(raw, list):
+        return render(raw)
+    out = []
+    for waiver in raw:
+        if isinstance(waiver, dict):
+            out.append(dict((k, v if k == "reason" and isinstance(v, str) else render(v)) for k, v in waiver.items()))
+        else:
+            out.append(render(waiver))
+    return out

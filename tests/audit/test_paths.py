@@ -93,7 +93,9 @@ def test_a_waivers_reason_is_shown_as_written_and_its_date_is_utc(seed_lab):
         tz, expires, status = "Etc/GMT+12", (now.date() - dt.timedelta(days=1)).isoformat(), "drift"
     inv = inventory_with(seed_lab, {"pve-gpu1": {"gpuhost_waivers": [
         {"control": "pcie.mrrs", "reason": "riser swap", "expires": expires},
-        {"control": "numa.balancing", "reason": "{{ 7*7 }} days until the kernel update", "expires": "2099-01-01"}]}})
+        {"control": "numa.balancing", "reason": "{{ 7*7 }} days until the kernel update", "expires": "2099-01-01"},
+        # not even a valid template: still the operator's text, not a failed run
+        {"control": "pcie.link", "reason": "see {{ JIRA-123 }}", "expires": "2099-01-01"}]}})
     env = dict(os.environ, TZ=tz)
     res = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "-i", str(inv), "--controls",
                           "pcie.mrrs,numa.balancing", "--json", "-"],
