@@ -120,6 +120,24 @@ def problems(report: dict, width: int) -> list[Text]:
     return lines
 
 
+def not_applicable(report: dict, width: int) -> list[Text]:
+    """Why a host's controls are n/a, said once per reason (inside a container, no GPU, not
+    Proxmox VE) instead of leaving a column of bare "na" cells to be guessed at."""
+    lines = []
+    for name, h in report["hosts"].items():
+        reasons: dict[str, list[str]] = {}
+        for f in h.get("findings") or []:
+            if f["status"] == "na" and f.get("message"):
+                reasons.setdefault(f["message"], []).append(f["control"])
+        for message, cids in reasons.items():
+            if len(cids) < 2:
+                continue
+            head = Text("n/a", style=STYLES["na"]).append(f"  {name}: {len(cids)} controls", style="bold")
+            lines.append(head)
+            lines += indented(message, 5, width, style="dim")
+    return lines
+
+
 def indented(text: str, indent: int, width: int, style: str = "") -> list[Text]:
     """*text* wrapped at spaces under a hanging indent; a word (a path, a host name) is never split."""
     pad = " " * indent
@@ -147,7 +165,7 @@ def render(report: dict, console) -> None:
     body = matrix(report, controls, width) or fleet(report, controls, width)
     for line in body:
         console.print(line, soft_wrap=True, highlight=False)
-    trouble = problems(report, width)
+    trouble = problems(report, width) + not_applicable(report, width)
     if trouble:
         console.print()
         for line in trouble:

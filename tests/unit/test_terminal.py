@@ -92,3 +92,25 @@ def test_colour_only_on_a_terminal_that_wants_it():
     assert "\x1b[33m" in coloured, "drift in yellow"
     plain, _ = rendered(1, 120, force_terminal=True, no_color=True)       # NO_COLOR, --no-color
     assert not re.search(r"\x1b\[[0-9;]*(3[0-7]|9[0-7])m", plain), "bold may stay, colour may not"
+
+
+def test_why_a_hosts_controls_are_na_is_said_once_per_reason():
+    """Issue 16 (small things): a local audit inside a container showed fourteen bare "na"
+    cells; the reason shared by several controls is now said once, under the problems."""
+    import io
+
+    from rich.console import Console
+
+    from gpuhost import terminal
+
+    inside = "host-level control: this runs inside a docker container; audit its host"
+    findings = [{"control": c, "status": "na", "message": inside} for c in ("cpu.driver", "cpu.governor", "numa.balancing")]
+    findings.append({"control": "nvidia.driver", "status": "na", "message": "no NVIDIA GPU"})
+    report = {"mode": "audit", "hosts": {"localhost": {"reachable": True, "findings": findings}}}
+    lines = [l.plain for l in terminal.not_applicable(report, 100)]
+    assert lines == ["n/a  localhost: 3 controls", f"     {inside}"], lines
+    out = io.StringIO()
+    console = Console(file=out, width=100, force_terminal=False)
+    for line in terminal.not_applicable(report, 100):
+        console.print(line)
+    assert "no NVIDIA GPU" not in out.getvalue(), "a reason of one control stays in the report, not the terminal"
