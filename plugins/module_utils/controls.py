@@ -730,9 +730,8 @@ def kernel_version(h: Host) -> Finding:
                        f"{k} is installed (/lib/modules/{k}) but /boot/vmlinuz-{k} is missing, so no boot loader can "
                        f"start it: check that /boot is mounted, then `apt install --reinstall {package}` "
                        "(and run gpuhost fix again)")
-    is_pve = bool((h.section("os") or {}).get("proxmox_ve"))
     headers = bool(h.boot.get("nvidia_dkms"))
-    fix = {"series": minimum, "proxmox": is_pve, "headers": headers, "flavor": flavor, "running": running,
+    fix = {"series": minimum, "headers": headers, "flavor": flavor, "running": running,
            "check_nvidia_module": drives_gpus_now(h), "pin": pin,
            # a pin of an older kernel (the operator's, or gpuhost's own GRUB pin from a build that
            # failed before): lifted once the new kernel proves it has the module

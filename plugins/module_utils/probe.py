@@ -379,10 +379,6 @@ class Probe:
                 sources[name] = path
         return values, sources
 
-    def _grub_cmdline(self):
-        values, _ = self.grub_settings()
-        return " ".join((values.get("GRUB_CMDLINE_LINUX", "") + " " + values.get("GRUB_CMDLINE_LINUX_DEFAULT", "")).split())
-
     def kernel_config(self, release):
         """What /boot/config-<release> says: the default cpufreq governor, amd_pstate's mode."""
         text = self.read("/boot/config-" + release)

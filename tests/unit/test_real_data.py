@@ -188,8 +188,10 @@ def test_a_posted_proxmox_grub_line_is_read_without_running_it(tmp_path):
         'GRUB_DEFAULT=0\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
         'GRUB_CMDLINE_LINUX_DEFAULT="quiet amd_iommu=on iommu=pt"\nGRUB_CMDLINE_LINUX=""\n')
     p = probe.Probe(str(tmp_path), run=lambda argv: pytest.fail(f"ran {argv}"))
-    assert p._grub_cmdline() == "quiet amd_iommu=on iommu=pt"
-    assert controls.params(p._grub_cmdline())["iommu"] == "pt"
+    values, _ = p.grub_settings()
+    line = " ".join((values["GRUB_CMDLINE_LINUX"] + " " + values["GRUB_CMDLINE_LINUX_DEFAULT"]).split())
+    assert line == "quiet amd_iommu=on iommu=pt"
+    assert controls.params(line)["iommu"] == "pt"
 
 
 @pytest.mark.parametrize("pvecfg, expected", [
