@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe import OWNED_UNITS
 
 STATUSES = ("pass", "drift", "manual", "pending_reboot", "na", "waived", "error")
 FAILING = ("drift", "manual", "pending_reboot")
@@ -189,8 +190,18 @@ def content_sha256(text: str | None) -> str:
     return "absent" if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def watched(name: str) -> str:
+    """*name*, a unit a fix installs or enables, checked against what the probe reads back
+    (probe.OWNED_UNITS): one it never read would drift for ever, so a miss fails here, at
+    import or on the first judgement, not on a host."""
+    if name not in OWNED_UNITS:
+        raise ValueError(f"{name} is not in probe.OWNED_UNITS: the audit would never read it back")
+    return name
+
+
 def unit(name: str, description: str, commands: list[str]) -> dict:
     """A oneshot unit that re-applies a runtime setting at every boot."""
+    watched(name)
     execs = "".join(f"ExecStart={c}\n" for c in commands)
     content = (f"# Managed by gpuhost ({name}); re-applies a runtime setting the kernel forgets at boot.\n"
                f"[Unit]\nDescription=gpuhost: {description}\nAfter=sysinit.target\n\n"
@@ -930,7 +941,7 @@ def nvidia_driver(h: Host) -> Finding:
                    f"driver {nv['module']}, userspace matches")
 
 
-PERSISTENCED = "nvidia-persistenced.service"
+PERSISTENCED = watched("nvidia-persistenced.service")
 # only where no vendor unit exists (a driver from NVIDIA's .run installer without its
 # init scripts): persistence is the daemon's default since 370.23
 PERSISTENCED_UNIT = {"name": PERSISTENCED, "content": (
@@ -1087,7 +1098,7 @@ def pcie_link(h: Host) -> Finding:
                    "idle speed downshift is not a fault")
 
 
-ACS_UNIT = "gpuhost-pcie-acs.service"     # gpuhost < 0.2 re-applied ACS with a boot unit
+ACS_UNIT = watched("gpuhost-pcie-acs.service")     # gpuhost < 0.2 re-applied ACS with a boot unit
 ACS_REDIRECT_BITS = 0x2C
 PORT_DOWNSTREAM, PORT_UPSTREAM = 6, 5     # PCIe capability: Device/Port Type
 

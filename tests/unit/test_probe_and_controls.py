@@ -222,3 +222,15 @@ def test_an_allow_whose_comment_lxc_cannot_parse_is_for_a_person():
     pt = lxcconf.inspect("129", text)
     (why,) = lxcconf.blockers(pt, DEVICES, [])
     assert "cannot parse" in why and "rw # nvidia" in why
+
+
+def test_a_unit_the_probe_does_not_read_back_cannot_be_declared():
+    """Issue 16: a boot unit missing from the probe's watch list (OWNED_UNITS) drifted for ever,
+    and no test caught the miss. Declaring one now fails at once, naming the list."""
+    import pytest
+
+    from gpuhost import controls
+
+    with pytest.raises(ValueError, match=r"gpuhost-new-thing.service is not in probe.OWNED_UNITS"):
+        controls.unit("gpuhost-new-thing.service", "a new control", ["/bin/true"])
+    assert controls.unit("gpuhost-cpu-governor.service", "x", ["/bin/true"])["name"] == "gpuhost-cpu-governor.service"
