@@ -690,6 +690,18 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _playbooks(pid: int) -> list[int]:
+    """The ansible-playbook processes under *pid* (a process may end while it is looked at)."""
+    found = []
+    for p in _children(pid):
+        try:
+            if b"ansible-playbook" in Path(f"/proc/{p}/cmdline").read_bytes():
+                found.append(p)
+        except OSError:
+            pass
+    return found
+
+
 def _alive(pid: int) -> bool:
     import os
 
@@ -776,7 +788,7 @@ def test_a_killed_run_leaves_no_orphan_and_no_lock_to_wait_for(make_lab, tmp_pat
     # 1. only gpuhost is killed: its ansible-playbook finishes the change in flight, starts
     #    no new one, gives the lock back and ends
     proc = start()
-    playbooks = [p for p in _children(proc.pid) if b"ansible-playbook" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    playbooks = _playbooks(proc.pid)
     assert playbooks, "the run's ansible-playbook"
     proc.kill()
     proc.wait()
@@ -792,9 +804,12 @@ def test_a_killed_run_leaves_no_orphan_and_no_lock_to_wait_for(make_lab, tmp_pat
     # 2. the whole run is killed (gpuhost and ansible-playbook with its workers): the lock it
     #    left names a run no process holds, so the next run takes it over at once
     proc = start()
-    group = [p for p in _children(proc.pid) if b"ansible-playbook" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    group = _playbooks(proc.pid)
     for p in group:
-        os.killpg(os.getpgid(p), signal.SIGKILL)
+        try:
+            os.killpg(os.getpgid(p), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.kill()
     proc.wait()
     assert _lock_held(lab, "pve-gpu1"), "the dead run's lock is still there"
