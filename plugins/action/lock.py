@@ -45,8 +45,9 @@ class ActionModule(ActionBase):
                     res["took_over"] = took_over
                 return {**result, **res}
             held = res.get("held") or {}
-            if runs.gone(held.get("run")):
+            if runs.gone(held.get("run")) and take_over != held["run"]["id"]:
                 # its run and every process of it are gone from this controller: stale now
+                # (asked once per run: a lock the module would not hand over is waited for, never spun on)
                 take_over = held["run"]["id"]
                 took_over = {"holder": held.get("holder"), "since": held.get("since"), "why": "its run is gone"}
                 continue
