@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Action plugin gpuhost.stack.audit: read a host and judge every control in one task.
 
-It runs the facts module on the host and the judgement (module_utils/controls.py) on the
+It runs the facts module on the host and the judgement (module_utils/controls/) on the
 controller inside the same task, so an audit costs one worker fork and one result per host,
 like a `setup` task. Nothing is written to the host: the facts module only reads.
 """

@@ -15,15 +15,15 @@ import re
 import struct
 import subprocess
 
+# what the controls declare they need read back (made from their declarations)
+from ansible_collections.gpuhost.stack.plugins.module_utils.watchlist import OWNED_UNITS, WATCHED_SYSCTLS  # noqa: F401
+
 __metaclass__ = type
 
 CAP_ID_EXP = 0x10
 ECAP_ID_ACS = 0x000D
 MPS_SIZES = (128, 256, 512, 1024, 2048, 4096)
-WATCHED_SYSCTLS = ("kernel.numa_balancing",)
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
-OWNED_UNITS = ("gpuhost-cpu-governor.service", "gpuhost-cpu-cstates.service", "gpuhost-pcie-mrrs.service",
-               "gpuhost-pcie-acs.service", "gpuhost-storage-scheduler.service", "nvidia-persistenced.service")
 # the journal gpuhost's cmdline module keeps while it edits and refreshes the boot loader
 REFRESH_JOURNAL = "/var/lib/gpuhost/boot-refresh.json"
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",

@@ -11,15 +11,13 @@ import datetime as _dt
 import difflib
 import re
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID, CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import DEFAULT as REGISTRY
 
 BAD_INPUT_MARK = "gpuhost bad input: "
 
-# Every variable common's argument_specs declares. site.yml checks them all here
-# (one line, before any host is touched) and so turns the role's own validation off.
-CHECKED_VARS = ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host",
-                "gpuhost_cstate_max_latency_us", "gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices",
-                "gpuhost_waivers", "gpuhost_lxc_restart", "gpuhost_reboot_ok", "gpuhost_controls")
+# Every variable the controls and the framework declare (their Param): site.yml checks them
+# all here (one line, before any host is touched) and so turns the roles' own validation off.
+CHECKED_VARS = tuple(p.name for p in REGISTRY.params)
 
 
 # set by gpuhost itself or its lab, never a user's typo
@@ -31,7 +29,6 @@ INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_fil
 INTERNAL_PREFIXES = ("gpuhost_lab_",)
 # what ansible.module_utils.parsing.convert_bool reads as true or false (1 and 0 as words too)
 BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f")
-CSTATE_LATENCY_MAX_US = 100000      # 0.1 s: no idle state the kernel knows exits slower
 
 
 class InventoryError(ValueError):
@@ -50,49 +47,52 @@ def _is_str(v) -> bool:
     return isinstance(v, str)
 
 
-def check_vars(host: str, hv: dict) -> None:
-    """Raise InventoryError for the first bad gpuhost variable of *host*."""
+def param_problem(p, v) -> str | None:
+    """What is wrong with *v* as the value of the declared variable *p*, in a few words."""
+    if p.type == "str":
+        if not _is_str(v):
+            return f"must be a string (quote it: \"{v}\"), not {type(v).__name__}"
+        if v and p.pattern and not re.match(p.pattern, v):
+            return f"not {p.what}: {v!r}"
+    elif p.type == "int":
+        low, high = p.bounds or (None, None)
+        if isinstance(v, bool) or not isinstance(v, int) or (p.bounds and not low <= v <= high):
+            return f"must be {p.what} from {low} to {high}, not {v!r}" if p.bounds else f"must be a whole number, not {v!r}"
+    elif p.type == "bool":
+        # `-e gpuhost_reboot_ok=true` is a string: the words Ansible's `bool` filter reads count
+        if not isinstance(v, bool) and not (isinstance(v, str) and v.strip().lower() in BOOL_WORDS):
+            return f"must be true or false, not {v!r}"
+    elif p.type == "list" and p.elements == "str":
+        if not isinstance(v, list) or not all(_is_str(x) for x in v):
+            return f"must be a list of strings, not {v!r}"
+        for x in v:
+            if p.choices and x not in p.choices:
+                return f"unknown control {x!r}"
+    return None
+
+
+def check_vars(host: str, hv: dict, registry=None) -> None:
+    """Raise InventoryError for the first bad gpuhost variable of *host* (the variables
+    *registry*'s controls declare; by default the shipped ones)."""
+    registry = registry or REGISTRY
+    checked = tuple(p.name for p in registry.params)
     def bad(var: str, why: str) -> InventoryError:
         return InventoryError(f"host {host}: {var}: {why}")
 
     for var in sorted(hv):
-        if var in CHECKED_VARS or var in INTERNAL_VARS or var.startswith(INTERNAL_PREFIXES):
+        if var in checked or var in INTERNAL_VARS or var.startswith(INTERNAL_PREFIXES):
             continue
-        close = difflib.get_close_matches(var, CHECKED_VARS, n=1)
+        close = difflib.get_close_matches(var, checked, n=1)
         raise bad(var, "unknown gpuhost variable" + (f" (did you mean {close[0]}?)" if close else ""))
-    for var in CHECKED_VARS:
+    for var in checked:
         # `gpuhost_x:` with nothing after it is YAML null: it would replace the default with nothing
         if var in hv and hv[var] is None:
             raise bad(var, "has no value (null): give one, or remove the line to keep the default")
-    for var in ("gpuhost_kernel_min_version", "gpuhost_nvidia_min_driver", "gpuhost_container_host"):
-        v = hv.get(var)
-        if v is not None and not _is_str(v):
-            raise bad(var, f"must be a string (quote it: \"{v}\"), not {type(v).__name__}")
-    v = hv.get("gpuhost_kernel_min_version")
-    if v and not re.match(r"^\d+(\.\d+){0,2}$", v):
-        raise bad("gpuhost_kernel_min_version", f"not a kernel version like \"6.14\": {v!r}")
-    v = hv.get("gpuhost_nvidia_min_driver")
-    if v and not re.match(r"^\d+(\.\d+){0,2}$", v):
-        raise bad("gpuhost_nvidia_min_driver", f"not a driver version like \"570.124.06\": {v!r}")
-    v = hv.get("gpuhost_cstate_max_latency_us")
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= CSTATE_LATENCY_MAX_US):
-        raise bad("gpuhost_cstate_max_latency_us",
-                  f"must be a whole number of microseconds from 0 to {CSTATE_LATENCY_MAX_US}, not {v!r}")
-    for var in ("gpuhost_lxc_restart", "gpuhost_reboot_ok"):
-        v = hv.get(var)
-        # `-e gpuhost_reboot_ok=true` is a string: the words Ansible's `bool` filter reads count
-        if isinstance(v, str) and v.strip().lower() in BOOL_WORDS:
-            continue
-        if v is not None and not isinstance(v, bool):
-            raise bad(var, f"must be true or false, not {v!r}")
-    for var in ("gpuhost_controls_skip", "gpuhost_pcie_mrrs_devices", "gpuhost_controls"):
-        v = hv.get(var)
-        if v is not None and (not isinstance(v, list) or not all(_is_str(x) for x in v)):
-            raise bad(var, f"must be a list of strings, not {v!r}")
-    for var in ("gpuhost_controls_skip", "gpuhost_controls"):
-        for cid in hv.get(var) or []:
-            if cid not in BY_ID:
-                raise bad(var, f"unknown control {cid!r}")
+    for p in registry.params:
+        if p.name in hv and p.name != "gpuhost_waivers":
+            why = param_problem(p, hv[p.name])
+            if why:
+                raise bad(p.name, why)
     waivers = hv.get("gpuhost_waivers")
     if waivers is None:
         return
@@ -106,7 +106,7 @@ def check_vars(host: str, hv: dict) -> None:
         unknown = set(w) - {"control", "reason", "expires"}
         if unknown:
             raise bad(where, f"unknown key {sorted(unknown)[0]!r}")
-        if w.get("control") not in BY_ID:
+        if w.get("control") not in registry.by_id:
             raise bad(where, f"unknown control {w.get('control')!r}")
         if w["control"] in seen:
             raise bad(where, f"a second waiver for {w['control']} (the first is gpuhost_waivers[{seen[w['control']]}])")
@@ -128,16 +128,13 @@ def controls_for_tags(run_tags) -> list:
     """The controls `--tags` selects (a control ID, or a role's tag: pcie for pcie.*), so the
     judgement covers what the run fixes; no control tag (all, always): every control."""
     tags = {str(t) for t in run_tags or []}
-    return [c.id for c in CATALOG if c.id in tags or c.role in tags]
+    return [c.id for c in REGISTRY.catalog if c.id in tags or c.role in tags]
 
 
 def settings_from(values: dict, run_tags=()) -> dict:
     """The judgement's settings from a host's checked gpuhost_* variables (a variable not
     set keeps the judgement's own default)."""
-    settings = {key: values[var] for key, var in (
-        ("kernel_min_version", "gpuhost_kernel_min_version"), ("cstate_max_latency_us", "gpuhost_cstate_max_latency_us"),
-        ("nvidia_min_driver", "gpuhost_nvidia_min_driver"), ("controls_skip", "gpuhost_controls_skip"),
-        ("waivers", "gpuhost_waivers"), ("pcie_mrrs_devices", "gpuhost_pcie_mrrs_devices")) if var in values}
+    settings = {p.key: values[p.name] for p in REGISTRY.params if p.key and p.name in values}
     # a lab container names its host itself; an operator's gpuhost_container_host comes first
     settings["container_host"] = values.get("gpuhost_container_host") or values.get("gpuhost_lab_parent") or ""
     # --controls (gpuhost_controls), else the controls `--tags` selects, else all of them

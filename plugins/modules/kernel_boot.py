@@ -49,7 +49,7 @@ import re
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import at_least, kernel_flavor
+from ansible_collections.gpuhost.stack.plugins.module_utils.versions import at_least, kernel_flavor
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe import Probe, grub_default_kernel, version_key
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import backup, write_atomic
 

@@ -143,59 +143,6 @@ def _seconds(text: str) -> int:
     return value
 
 
-# the variables each control role acts on, besides the ones every role reads (its controls
-# are judged by common, which takes them all); their definitions are common's
-ROLE_VARIABLES = {"cpu": ["gpuhost_cstate_max_latency_us"], "numa": [], "pcie": ["gpuhost_pcie_mrrs_devices"],
-                  "iommu": [], "kernel": ["gpuhost_kernel_min_version"], "nvidia": ["gpuhost_nvidia_min_driver"],
-                  "lxc": ["gpuhost_lxc_restart", "gpuhost_container_host"], "storage": []}
-EVERY_ROLE_VARIABLES = ["gpuhost_controls", "gpuhost_controls_skip", "gpuhost_waivers", "gpuhost_reboot_ok",
-                        "gpuhost_apply"]
-
-
-def role_argument_specs(role: str) -> dict:
-    """A control role's argument_specs: its variables, defined as common's are (the one source)."""
-    import yaml
-
-    from . import COLLECTION
-    from .controls import CATALOG
-
-    common = yaml.safe_load((COLLECTION / "roles/common/meta/argument_specs.yml").read_text())
-    options = common["argument_specs"]["main"]["options"]
-    ids = [c.id for c in CATALOG if c.role == role]
-    return {"argument_specs": {"main": {
-        "short_description": f"Fix gpuhost's {', '.join(ids)} where the audit found drift.",
-        "description": [f"Judges the host first (gpuhost.stack.common) unless gpuhost_findings is already there, "
-                        f"then fixes {', '.join(ids)}; gpuhost_reboot_required says whether a fix waits for a boot."],
-        "options": {name: options[name] for name in [*ROLE_VARIABLES[role], *EVERY_ROLE_VARIABLES]}}}}
-
-
-def role_argument_specs_yaml(role: str) -> str:
-    """roles/<role>/meta/argument_specs.yml as it must read (sequences indented, as yamllint wants)."""
-    import yaml
-
-    class Indented(yaml.SafeDumper):
-        def increase_indent(self, flow=False, indentless=False):
-            return super().increase_indent(flow, False)
-
-    return ("---\n# Made from roles/common/meta/argument_specs.yml (the one definition of each variable) by\n"
-            "# gpuhost.cli.role_argument_specs; a test keeps the two the same.\n"
-            + yaml.dump(role_argument_specs(role), Dumper=Indented, sort_keys=False, width=110))
-
-
-def role_variables_markdown(role: str = "common") -> str:
-    """A role's variables as a table, from its meta/argument_specs.yml."""
-    import yaml
-
-    from . import COLLECTION
-
-    spec = yaml.safe_load((COLLECTION / f"roles/{role}/meta/argument_specs.yml").read_text())
-    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
-    for name, o in spec["argument_specs"]["main"]["options"].items():
-        kind = o["type"] + (f"[{o['elements']}]" if o.get("elements") else "")
-        rows.append(f"| `{name}` | {kind} | `{json.dumps(o.get('default'))}` | {o['description']} |")
-    return "\n".join(rows) + "\n"
-
-
 def check_extra_vars(ev: str) -> None:
     """-e as ansible-playbook reads it (@FILE: YAML or JSON; a value starting with { or [:
     YAML or JSON; else key=value words), refused here in one line naming -e and what is
@@ -293,19 +240,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("audit", "fix"):
             return run_app(args)
         if args.command == "controls":
-            from . import controls
+            from . import controls, generate
+            registry = controls.DEFAULT_REGISTRY
             if args.variables:
-                if args.variables != "common" and args.variables not in ROLE_VARIABLES:
-                    raise UsageError(f"--variables: no role {args.variables!r} (roles: common, {', '.join(ROLE_VARIABLES)})")
-                print(role_variables_markdown(args.variables), end="")
+                roles = sorted({c.role for c in registry.catalog})
+                if args.variables == "common":
+                    print(generate.variables_table(registry.params), end="")
+                elif args.variables in roles:
+                    print(generate.variables_table(registry.role_params(args.variables)), end="")
+                else:
+                    raise UsageError(f"--variables: no role {args.variables!r} (roles: common, {', '.join(roles)})")
             elif args.markdown:
-                print(controls.markdown(), end="")
+                print(generate.markdown(registry), end="")
             elif args.json:
                 print(json.dumps([{"id": c.id, "title": c.title, "role": c.role, "fixable": c.fixable,
                                    "reboot": c.reboot, "rationale": c.rationale, "references": list(c.references)}
-                                  for c in controls.CATALOG], indent=2))
+                                  for c in registry.catalog], indent=2))
             else:
-                for c in controls.CATALOG:
+                for c in registry.catalog:
                     print(f"{c.id:<24} {c.title}")
             return EXIT_OK
         if args.command == "verify":

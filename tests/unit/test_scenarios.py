@@ -457,3 +457,34 @@ def test_the_persistence_fix_keeps_the_vendor_unit_and_converges(tmp_path):
     host.write(fix["file"]["path"], fix["file"]["content"])
     effective = host.facts()["units"]["nvidia-persistenced.service"]["exec_start"]
     assert effective == ["/usr/bin/nvidia-persistenced"]
+
+
+class Reads(dict):
+    """A facts dict that notes which sections are read."""
+
+    def __init__(self, data: dict, seen: set):
+        super().__init__(data)
+        self.seen = seen
+
+    def get(self, key, default=None):
+        self.seen.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("case, overlay, before_boot, control, settings, status, word",
+                         CASES, ids=[c[0] for c in CASES])
+def test_a_judgement_reads_only_the_facts_its_control_declares(tmp_path, case, overlay, before_boot, control, settings,
+                                                                status, word):
+    """CONTROL.facts is what judge() reads: a section it does not declare is never touched."""
+    from gpuhost import controls
+    host = _render(tmp_path, overlay, before_boot)
+    seen: set = set()
+    h = controls.Host(Reads(controls.plain(host.facts()), seen), settings)
+    finding = controls.DEFAULT_REGISTRY.judges[control](h)      # before the gates (masks, reboot holds)
+    assert finding.control == control and finding.status in controls.STATUSES and seen
+    declared = set(controls.BY_ID[control].facts) | {"errors"}
+    assert seen <= declared, f"{control} reads {sorted(seen - declared)} but declares {sorted(declared)}"
