@@ -135,3 +135,99 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(b"")
     return Rendered(root, spec, machine, SmiStub(machine, r470))
+
+
+# ---- scenarios as data: tests/controls/<id>.yml --------------------------------------------
+CONTROLS_DIR = ROOT / "tests" / "controls"
+_BASE = yaml.safe_load((CONTROLS_DIR / "base.yml").read_text())
+BASE_HOST: dict = _BASE["host"]
+FRAGMENTS: dict = _BASE["fragments"]
+SUFFIX = {"pass": ("pass",), "na": ("na",), "fail": ("drift", "manual", "pending_reboot", "error")}
+KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "settings", "expect", "says"}
+
+
+def _set_path(data: dict, path: str, value) -> None:
+    """pci.1.mrrs = 512: mapping keys and list indexes, dotted."""
+    *parents, last = path.split(".")
+    cur = data
+    for part in parents:
+        cur = cur[int(part)] if isinstance(cur, list) else cur.setdefault(part, {})
+    if isinstance(cur, list):
+        cur[int(last)] = value
+    else:
+        cur[last] = value
+
+
+def scenario_data(sc: dict) -> dict:
+    """The host spec a scenario describes: the base host, its fragments (`use`), the `host`
+    overlay (mappings merge; `files` replaces, a null file or `nvidia: null` is left out),
+    `set` paths, `pci_append` and the container's config."""
+    data = copy.deepcopy(BASE_HOST)
+    for name in sc.get("use") or []:
+        data = merge(data, FRAGMENTS[name])
+    overlay = copy.deepcopy(sc.get("host") or {})
+    files = overlay.pop("files", None)
+    data = merge(data, overlay)
+    if files is not None:
+        data["files"] = {k: v for k, v in files.items() if v is not None}
+    if "nvidia" in overlay and overlay["nvidia"] is None:
+        data.pop("nvidia")
+    for path, value in (sc.get("set") or {}).items():
+        _set_path(data, path, value)
+    data["pci"] = data["pci"] + list(sc.get("pci_append") or [])
+    if "container_config" in sc:
+        data["lxc"] = [{"vmid": 129, "config": sc["container_config"]}]
+    return data
+
+
+def before_boot_ops(ops: list[dict]) -> Callable[[Path], None] | None:
+    """What a scenario does to the disk before the boot: write, remove, replace a string in,
+    or mask (systemctl mask) a unit, or set the boot time to come after every file's mtime."""
+    if not ops:
+        return None
+
+    def apply(root: Path) -> None:
+        import time
+        for op in ops:
+            (kind, arg), = op.items()
+            if kind == "write":
+                target = root / arg["path"].lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(arg["text"])
+            elif kind == "remove":
+                (root / arg.lstrip("/")).unlink()
+            elif kind == "replace":
+                target = root / arg["path"].lstrip("/")
+                text = target.read_text()
+                assert arg["old"] in text, f"{arg['path']} has no {arg['old']!r}"
+                target.write_text(text.replace(arg["old"], arg["new"]))
+            elif kind == "mask":
+                target = root / "etc/systemd/system" / arg
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists() or target.is_symlink():
+                    target.unlink()
+                target.symlink_to("/dev/null")
+            elif kind == "boot_time_from_now":
+                (root / "proc").mkdir(parents=True, exist_ok=True)
+                (root / "proc/stat").write_text(f"cpu  1 2 3 4\nbtime {int(time.time()) + int(arg)}\n")
+            else:
+                raise ValueError(f"unknown before_boot step {kind!r}")
+    return apply
+
+
+def control_scenarios() -> list[tuple[str, str, dict]]:
+    """(control ID, scenario name, scenario) for every tests/controls/<id>.yml."""
+    out = []
+    for path in sorted(CONTROLS_DIR.glob("*.yml")):
+        if path.name == "base.yml":
+            continue
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("control") != path.stem:
+            raise ValueError(f"{path.name}: says control {doc.get('control')!r}, not {path.stem!r}")
+        for name, sc in (doc.get("scenarios") or {}).items():
+            out.append((doc["control"], name, sc))
+    return out
+
+
+def render_scenario(sc: dict, root: Path) -> Rendered:
+    return render(scenario_data(sc), root, before_boot=before_boot_ops(sc.get("before_boot") or []))

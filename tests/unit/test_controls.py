@@ -1,0 +1,77 @@
+"""Every control's scenarios (tests/controls/<id>.yml), the way ComplianceAsCode tests a
+rule with *.pass / *.fail scenarios: each puts the base host in one state (laid out and
+booted by the lab's own provisioning and kernel model into a directory), probes it and
+judges it in milliseconds, and says the status the judgement must reach and, where it
+matters, a word its message, observation or fix must have."""
+from __future__ import annotations
+
+import pytest
+
+import scenarios
+from gpuhost import controls
+
+SCENARIOS = scenarios.control_scenarios()
+IDS = [f"{cid}/{name}" for cid, name, _ in SCENARIOS]
+
+
+@pytest.mark.parametrize("cid, name, sc", SCENARIOS, ids=IDS)
+def test_scenario(tmp_path, cid, name, sc):
+    host = scenarios.render_scenario(sc, tmp_path)
+    f = host.finding(cid, **(sc.get("settings") or {}))
+    assert f["status"] == sc["expect"], f
+    if sc.get("says"):
+        assert sc["says"] in f["message"] + str(f["observed"]) + repr(f["fix"]), f
+
+
+class Reads(dict):
+    """A facts dict that notes which sections are read."""
+
+    def __init__(self, data: dict, seen: set):
+        super().__init__(data)
+        self.seen = seen
+
+    def get(self, key, default=None):
+        self.seen.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("cid, name, sc", SCENARIOS, ids=IDS)
+def test_a_judgement_reads_only_the_facts_its_control_declares(tmp_path, cid, name, sc):
+    """CONTROL.facts is what judge() reads: a section it does not declare is never touched."""
+    host = scenarios.render_scenario(sc, tmp_path)
+    seen: set = set()
+    h = controls.Host(Reads(controls.plain(host.facts()), seen), sc.get("settings") or {})
+    finding = controls.DEFAULT_REGISTRY.judges[cid](h)      # before the gates (masks, reboot holds)
+    assert finding.control == cid and finding.status in controls.STATUSES and seen
+    declared = set(controls.BY_ID[cid].facts) | {"errors"}
+    assert seen <= declared, f"{cid} reads {sorted(seen - declared)} but declares {sorted(declared)}"
+
+
+def test_every_scenario_is_well_formed():
+    for cid, name, sc in SCENARIOS:
+        stem, _, suffix = name.rpartition(".")
+        assert stem and suffix in scenarios.SUFFIX, f"{cid}/{name}: name it <what>.pass, <what>.fail or <what>.na"
+        assert sc["expect"] in scenarios.SUFFIX[suffix], f"{cid}/{name}: expects {sc['expect']}"
+        assert set(sc) <= scenarios.KEYS, f"{cid}/{name}: unknown keys {sorted(set(sc) - scenarios.KEYS)}"
+        assert set(sc.get("use") or []) <= set(scenarios.FRAGMENTS), f"{cid}/{name}: unknown fragment"
+
+
+def test_every_control_has_a_passing_and_a_failing_scenario():
+    have: dict[str, set] = {}
+    for cid, name, _ in SCENARIOS:
+        assert cid in controls.BY_ID, f"tests/controls/{cid}.yml: no such control"
+        have.setdefault(cid, set()).add(name.rpartition(".")[2])
+    for c in controls.CATALOG:
+        assert {"pass", "fail"} <= have.get(c.id, set()), f"{c.id}: needs a .pass and a .fail scenario"
+
+
+def test_the_base_host_passes_every_control_but_numa_balancing(tmp_path):
+    host = scenarios.render_scenario({}, tmp_path)
+    statuses = {cid: f["status"] for cid, f in host.judge().items()}
+    assert {s for cid, s in statuses.items() if cid != "numa.balancing"} == {"pass"}, statuses
+    # with two NUMA nodes and nothing on the disk that turns balancing off, the next boot has the kernel default
+    assert statuses["numa.balancing"] == "drift"
