@@ -42,9 +42,15 @@ class Rendered:
 
     def __init__(self, root: Path, spec: HostSpec, machine: Machine, smi: "SmiStub"):
         self.root, self.spec, self.machine, self.smi = root, spec, machine, smi
+        self.unreadable: dict[str, str] = {}
 
     def facts(self) -> dict:
-        return probe.Probe(str(self.root), run=self.run).gather()
+        facts = probe.Probe(str(self.root), run=self.run).gather()
+        for section, why in self.unreadable.items():
+            # as the probe reports a section it could not read (Probe.section): None, and why
+            facts[section] = None
+            facts["errors"][section] = why
+        return facts
 
     def judge(self, settings: dict | None = None, **more) -> dict[str, dict]:
         return controls.evaluate(self.facts(), {**(settings or {}), **more})
@@ -143,7 +149,8 @@ _BASE = yaml.safe_load((CONTROLS_DIR / "base.yml").read_text())
 BASE_HOST: dict = _BASE["host"]
 FRAGMENTS: dict = _BASE["fragments"]
 SUFFIX = {"pass": ("pass",), "na": ("na",), "fail": ("drift", "manual", "pending_reboot", "error")}
-KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "settings", "expect", "says"}
+KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "unreadable", "settings", "expect",
+        "says"}
 
 
 def _set_path(data: dict, path: str, value) -> None:
@@ -230,4 +237,6 @@ def control_scenarios() -> list[tuple[str, str, dict]]:
 
 
 def render_scenario(sc: dict, root: Path) -> Rendered:
-    return render(scenario_data(sc), root, before_boot=before_boot_ops(sc.get("before_boot") or []))
+    host = render(scenario_data(sc), root, before_boot=before_boot_ops(sc.get("before_boot") or []))
+    host.unreadable = dict(sc.get("unreadable") or {})     # section -> the probe's reason
+    return host
