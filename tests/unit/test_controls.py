@@ -14,9 +14,21 @@ SCENARIOS = scenarios.control_scenarios()
 IDS = [f"{cid}/{name}" for cid, name, _ in SCENARIOS]
 
 
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """Each scenario laid out once per worker: judging reads the tree, never writes it."""
+    cache: dict = {}
+
+    def get(cid: str, name: str, sc: dict) -> scenarios.Rendered:
+        if (cid, name) not in cache:
+            cache[cid, name] = scenarios.render_scenario(sc, tmp_path_factory.mktemp("scenario"))
+        return cache[cid, name]
+    return get
+
+
 @pytest.mark.parametrize("cid, name, sc", SCENARIOS, ids=IDS)
-def test_scenario(tmp_path, cid, name, sc):
-    host = scenarios.render_scenario(sc, tmp_path)
+def test_scenario(rendered, cid, name, sc):
+    host = rendered(cid, name, sc)
     f = host.finding(cid, **(sc.get("settings") or {}))
     assert f["status"] == sc["expect"], f
     if sc.get("says"):
@@ -40,9 +52,9 @@ class Reads(dict):
 
 
 @pytest.mark.parametrize("cid, name, sc", SCENARIOS, ids=IDS)
-def test_a_judgement_reads_only_the_facts_its_control_declares(tmp_path, cid, name, sc):
+def test_a_judgement_reads_only_the_facts_its_control_declares(rendered, cid, name, sc):
     """CONTROL.facts is what judge() reads: a section it does not declare is never touched."""
-    host = scenarios.render_scenario(sc, tmp_path)
+    host = rendered(cid, name, sc)
     seen: set = set()
     h = controls.Host(Reads(controls.plain(host.facts()), seen), sc.get("settings") or {})
     finding = controls.DEFAULT_REGISTRY.judges[cid](h)      # before the gates (masks, reboot holds)
@@ -75,3 +87,29 @@ def test_the_base_host_passes_every_control_but_numa_balancing(tmp_path):
     assert {s for cid, s in statuses.items() if cid != "numa.balancing"} == {"pass"}, statuses
     # with two NUMA nodes and nothing on the disk that turns balancing off, the next boot has the kernel default
     assert statuses["numa.balancing"] == "drift"
+
+
+def test_every_fix_is_made_of_kinds_the_roles_apply_and_the_plan_names(rendered):
+    """A fix is data from the closed set of kinds (controls/fixes.py): read back into kinds it
+    is the same fix, every kind has a plan line, and roles/common/tasks/fix.yml reads exactly
+    the kinds' keys (no key the plan would not name, no kind the roles would not apply)."""
+    import re
+
+    from conftest import ROOT
+    from gpuhost.controls import fixes
+
+    seen_kinds: set = set()
+    for cid, name, sc in SCENARIOS:
+        f = rendered(cid, name, sc).finding(cid, **(sc.get("settings") or {}))
+        if not f["fix"]:
+            continue
+        kinds = fixes.kinds_of(f["fix"])
+        assert fixes.fix_of(*kinds) == f["fix"], f"{cid}/{name}: the fix is not what its kinds make"
+        assert len(fixes.plan(f["fix"])) >= 1, f"{cid}/{name}: a fix with no plan line"
+        seen_kinds |= {type(k) for k in kinds}
+    # the scenarios reach every kind
+    assert set(fixes.KINDS) - seen_kinds <= set(), sorted(k.__name__ for k in set(fixes.KINDS) - seen_kinds)
+    read = set(re.findall(r"__fix\.([a-z_]+)", (ROOT / "roles/common/tasks/fix.yml").read_text()))
+    assert read == set(fixes.KEYS), (sorted(read - set(fixes.KEYS)), sorted(set(fixes.KEYS) - read))
+    with pytest.raises(ValueError, match="a fix key no kind owns: reboot_now"):
+        fixes.kinds_of({"reboot_now": True})

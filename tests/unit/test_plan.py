@@ -26,3 +26,24 @@ def test_a_write_on_every_policy_is_one_line_with_a_count():
     f = {"fix": {"runtime": [{"path": f"/sys/devices/system/cpu/cpufreq/policy{i}/scaling_governor",
                               "value": "performance"} for i in range(64)]}}
     assert changes(f) == ["write performance to /sys/devices/system/cpu/cpufreq/policyN/scaling_governor (64 files)"]
+
+
+def _scenario_finding(tmp_path, cid: str, name: str) -> dict:
+    import scenarios
+    sc = next(s for c, n, s in scenarios.control_scenarios() if (c, n) == (cid, name))
+    return scenarios.render_scenario(sc, tmp_path).finding(cid, **(sc.get("settings") or {}))
+
+
+def test_a_debian_kernel_upgrade_plan_names_the_packages_and_where_they_come_from(tmp_path):
+    """Issue 16: the plan of a Debian kernel upgrade said only "then a reboot"."""
+    lines = changes(_scenario_finding(tmp_path, "kernel.version", "debian-flavour.fail"))
+    # with headers: the base host builds the NVIDIA driver with dkms
+    assert lines[0] == "install linux-image-cloud-amd64, linux-headers-cloud-amd64 (from bookworm-backports)", lines
+    assert lines[-1] == "then a reboot (gpuhost fix --reboot if-needed)"
+
+
+def test_enabling_a_vendor_unit_is_in_the_plan(tmp_path):
+    """Issue 16: for a vendor persistence unit that was not enabled the plan listed nothing."""
+    lines = changes(_scenario_finding(tmp_path, "nvidia.persistence", "vendor-unit-not-enabled.fail"))
+    assert "enable nvidia-persistenced.service (systemctl enable; the unit stays as packaged)" in lines, lines
+    assert "systemctl daemon-reload if a unit file changed" in lines

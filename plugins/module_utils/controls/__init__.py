@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.gates import (
     hold_reboot, reboot_record, respect_masks)
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kargs import _comparable, kernel_args, params
@@ -25,7 +26,7 @@ BY_ID = DEFAULT.by_id
 HOST_LEVEL = DEFAULT.host_level
 DEFAULT_REGISTRY = DEFAULT
 
-__all__ = ["CATALOG", "DEFAULT_REGISTRY", "BY_ID", "HOST_LEVEL", "FAILING", "STATUSES", "Control", "Finding", "Host", "Param", "Registry",
+__all__ = ["fixes", "CATALOG", "DEFAULT_REGISTRY", "BY_ID", "HOST_LEVEL", "FAILING", "STATUSES", "Control", "Finding", "Host", "Param", "Registry",
            "evaluate", "plain", "reboot_record", "fix_units", "error", "na", "params", "kernel_args", "_comparable",
            "content_sha256", "unit", "at_least", "kernel_flavor", "vkey"]
 

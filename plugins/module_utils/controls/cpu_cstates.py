@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_ok
 
@@ -73,8 +74,8 @@ def judge(h: Host) -> Finding:
     persisted_ok = not deep or unit_ok(h.f, u) or capped_at_boot(ci.get("driver"), h.persisted or {}, deep)
     if not live_bad and persisted_ok:
         return Finding(cid, "pass", observed, expected, "no deep idle state is enabled")
-    fix = {"unit": u, "runtime": [{"glob": f"/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state{s['index']}/disable",
-                                   "value": "1"} for s in live_bad]}
+    fix = fix_of(u, *(RuntimeWrite("1", glob=f"/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state{s['index']}/disable")
+                      for s in live_bad))
     msg = (", ".join(f"{s['name']} ({s['latency_us']} us) enabled on {s['cpus'] - s['disabled']} CPUs" for s in live_bad)
            if live_bad else "deep states are disabled now, but nothing disables them at boot")
     return Finding(cid, "drift", observed, expected, msg, fix=fix)

@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import CmdlineRemove, CmdlineSet, fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.acpi import NR_PM_PROFILES, SERVER_PROFILES
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kernels import kernel_upgrade, no_persisted
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
@@ -99,12 +100,12 @@ def judge(h: Host) -> Finding:
             return Finding(cid, "manual", driver, "amd-pstate-epp",
                            f"amd_pstate=active is on the running command line of {running} but the driver did not "
                            "load: check that CPPC is enabled in the BIOS and the kernel log (amd_pstate)")
-        fix: dict = {}
+        kinds: list = []
         if not persisted_ok:
-            fix["cmdline_set"] = {"amd_pstate": "active"}
+            kinds.append(CmdlineSet({"amd_pstate": "active"}))
         runtime = status is not None and at_least(running, "6.4")     # any mode writable at runtime from 6.4
         if not live_ok and runtime:
-            fix["runtime"] = [{"path": "/sys/devices/system/cpu/amd_pstate/status", "value": "active"}]
+            kinds.append(RuntimeWrite("active", path="/sys/devices/system/cpu/amd_pstate/status"))
         if not live_ok and persisted_ok and not runtime:
             return Finding(cid, "pending_reboot", driver, "amd-pstate-epp",
                            f"the next boot ({default}) loads amd_pstate in active mode", reboot_required=True)
@@ -117,7 +118,7 @@ def judge(h: Host) -> Finding:
         else:
             msg = "amd_pstate is active now but the next boot would not load it in active mode; persist amd_pstate=active"
         return Finding(cid, "drift", driver, "amd-pstate-epp", msg,
-                       reboot_required=not live_ok and not runtime, fix=fix)
+                       reboot_required=not live_ok and not runtime, fix=fix_of(*kinds))
     if cpu["vendor"] == "GenuineIntel":
         if driver == "intel_pstate" and h.persisted is not None and \
                 h.persisted.get("intel_pstate") not in ("disable", "passive", "no_hwp"):
@@ -135,5 +136,5 @@ def judge(h: Host) -> Finding:
             return Finding(cid, "manual", driver, "intel_pstate",
                            f"HWP is present but {driver} drives the CPUs: check the BIOS and the kernel log")
         return Finding(cid, "drift", driver, "intel_pstate", "intel_pstate is disabled on the command line; remove intel_pstate=",
-                       reboot_required=True, fix={"cmdline_remove": ["intel_pstate"]})
+                       reboot_required=True, fix=fix_of(CmdlineRemove(("intel_pstate",))))
     return na(cid, f"no control for CPU vendor {cpu['vendor']}")

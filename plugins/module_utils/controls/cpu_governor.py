@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.acpi import NR_PM_PROFILES, SERVER_PROFILES
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_ok
@@ -31,15 +32,15 @@ GOVERNOR_COMMAND = ("/bin/sh -c 'for p in /sys/devices/system/cpu/cpufreq/policy
                     "then echo performance > $p/energy_performance_preference || true; fi; done'")
 
 
-def governor_changes(policies: list[dict]) -> list[dict]:
+def governor_changes(policies: list[dict]) -> list[RuntimeWrite]:
     """performance on each policy; EPP performance where it exists and differs (a driver
     that refuses EPP writes, intel_pstate with HWP off, is not an error)."""
     out = []
     for p in policies:
         base = f"/sys/devices/system/cpu/cpufreq/policy{p['id']}"
-        out.append({"path": f"{base}/scaling_governor", "value": "performance"})
+        out.append(RuntimeWrite("performance", path=f"{base}/scaling_governor"))
         if p.get("epp", "performance") != "performance":
-            out.append({"path": f"{base}/energy_performance_preference", "value": "performance", "refused_ok": True})
+            out.append(RuntimeWrite("performance", path=f"{base}/energy_performance_preference", refused_ok=True))
     return out
 
 
@@ -75,7 +76,7 @@ def judge(h: Host) -> Finding:
     persisted_ok = unit_ok(h.f, GOVERNOR_UNIT) or boot_gov == "performance"
     if not bad and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"all {len(cf['policies'])} policies run performance")
-    fix = {"unit": GOVERNOR_UNIT, "runtime": governor_changes(bad)}
+    fix = fix_of(GOVERNOR_UNIT, *governor_changes(bad))
     msg = (f"{len(bad)} of {len(cf['policies'])} policies do not run performance" if bad
            else "performance now, but nothing sets it at boot")
     return Finding(cid, "drift", observed, expected, msg, fix=fix)

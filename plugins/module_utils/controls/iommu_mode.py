@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import CmdlineSet, fix_of
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kernels import no_persisted
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host
 
@@ -73,4 +74,4 @@ def judge(h: Host) -> Finding:
     name = next(iter(param))
     return Finding(cid, "drift", live, "passthrough",
                    f"the IOMMU translates host DMA{' (' + where + ')' if where else ''}; add {name}={param[name]} "
-                   "to the kernel command line", reboot_required=True, fix={"cmdline_set": param})
+                   "to the kernel command line", reboot_required=True, fix=fix_of(CmdlineSet(param)))

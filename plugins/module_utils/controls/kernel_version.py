@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, KernelSeries
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kernels import drives_gpus_now, kernel_minimum, module_missing_for, next_kernel_without_module, pin_fix, pin_is_grub_default
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.versions import at_least, kernel_flavor, vkey
@@ -63,7 +64,7 @@ def judge(h: Host) -> Finding:
                            f"{default}")
         return Finding(cid, "drift", running, want,
                        f"{default} boots next{once} but the NVIDIA driver is not built for it (no nvidia.ko in "
-                       f"/lib/modules/{default}): pin the running kernel {running}, which has it", fix={"pin": pin})
+                       f"/lib/modules/{default}): pin the running kernel {running}, which has it", fix=fix_of(pin))
     if minimum is None:
         return na(cid, "no minimum kernel set (gpuhost_kernel_min_version) and not Proxmox VE 8 or 9")
     if at_least(running, minimum):
@@ -90,21 +91,17 @@ def judge(h: Host) -> Finding:
                        f"start it: check that /boot is mounted, then `apt install --reinstall {package}` "
                        "(and run gpuhost fix again)")
     headers = bool(h.boot.get("nvidia_dkms"))
-    fix = {"series": minimum, "headers": headers, "flavor": flavor, "running": running,
-           "check_nvidia_module": drives_gpus_now(h), "pin": pin,
-           # a pin of an older kernel (the operator's, or gpuhost's own GRUB pin from a build that
-           # failed before): lifted once the new kernel proves it has the module
-           "unpin": (bool(h.boot.get("permanent_pin")) and not at_least(h.boot.get("permanent_pin"), minimum))
-           or bool(h.boot.get("gpuhost_grub_pin"))}
+    # a pin of an older kernel (the operator's, or gpuhost's own GRUB pin from a build that
+    # failed before): lifted once the new kernel proves it has the module
+    unpin = (bool(h.boot.get("permanent_pin")) and not at_least(h.boot.get("permanent_pin"), minimum)) \
+        or bool(h.boot.get("gpuhost_grub_pin"))
     chosen = series_packages(h, minimum, flavor, headers)
     if chosen is None:
         return Finding(cid, "manual", running, f">= {minimum}",
                        f"gpuhost knows no kernel metapackage for {running} on this distribution: install a {minimum} "
                        "kernel series of the same flavour")
     packages, release = chosen
-    fix["packages"] = packages
-    if release:
-        fix["default_release"] = release
+    fix = fix_of(KernelSeries(minimum, tuple(packages), flavor, running, drives_gpus_now(h), pin, unpin, release))
     msg = f"kernel {running} is older than {minimum}; install " + " ".join(packages)
     if headers:
         msg += " (with headers: the NVIDIA driver is built by dkms)"

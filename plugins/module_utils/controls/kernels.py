@@ -3,6 +3,7 @@ whether it has the NVIDIA module, how to pin one, and why the next command line 
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import KernelPin
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Host
 from ansible_collections.gpuhost.stack.plugins.module_utils.versions import at_least, vkey
 
@@ -50,7 +51,7 @@ def pin_is_grub_default(h: Host, release: str) -> bool:
     return bool(release in ids and h.boot.get("grub_default") == ids[release])
 
 
-def pin_fix(h: Host, release: str | None) -> dict | None:
+def pin_fix(h: Host, release: str | None) -> KernelPin | None:
     """How to make *release* the boot loader's default: proxmox-boot-tool kernel pin on
     Proxmox VE (on hosts without ESPs it sets GRUB_DEFAULT itself and runs update-grub), a
     GRUB_DEFAULT drop-in naming the entry by id elsewhere; None where neither can."""
@@ -61,9 +62,9 @@ def pin_fix(h: Host, release: str | None) -> dict | None:
             (h.section("os") or {}).get("proxmox_ve") and (entry is None or ">" in entry)):
         # proxmox-boot-tool's pin on a host without ESPs writes gnulinux-advanced-<id>>...: right
         # only with GRUB's submenu (GRUB_DISABLE_SUBMENU=true breaks it; gpuhost's own pin then)
-        return {"release": release, "tool": "proxmox-boot-tool"}
+        return KernelPin(release, "proxmox-boot-tool")
     if h.boot.get("loader") == "grub" and entry:
-        return {"release": release, "tool": "grub", "grub_default": entry}
+        return KernelPin(release, "grub", entry)
     return None
 
 

@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, LxcRepair
 from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, Finding, Host, na, Param
 
@@ -84,5 +85,5 @@ def judge(h: Host) -> Finding:
     if manual:
         msg += "; and by hand: " + "; ".join(manual)
     return Finding(cid, "drift", "; ".join(broken + manual), expected, msg,
-                   fix={"lxc": files, "lxc_devices": {str(k): v for k, v in devices.items() if v.startswith("nvidia")},
-                        "lxc_dev_nodes": nv.get("dev_nodes")})
+                   fix=fix_of(LxcRepair(tuple(files), {str(k): v for k, v in devices.items() if v.startswith("nvidia")},
+                                        nv.get("dev_nodes"))))

@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import FileContent, FileEdit, fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import content_sha256
 
@@ -23,11 +24,9 @@ CONTROL = Control(
 )
 
 
-NUMA_DROPIN = {"path": "/etc/sysctl.d/99-gpuhost-numa-balancing.conf",
-               "content": "# Managed by gpuhost (numa.balancing)\nkernel.numa_balancing = 0\n"}
-
-
-NUMA_DROPIN_NAME = NUMA_DROPIN["path"].rsplit("/", 1)[1]
+NUMA_DROPIN = FileContent("/etc/sysctl.d/99-gpuhost-numa-balancing.conf",
+                          "# Managed by gpuhost (numa.balancing)\nkernel.numa_balancing = 0\n")
+NUMA_DROPIN_NAME = NUMA_DROPIN.path.rsplit("/", 1)[1]
 VENDOR_SYSCTL_DIRS = ("/usr/lib/sysctl.d/", "/lib/sysctl.d/", "/usr/local/lib/sysctl.d/", "/run/sysctl.d/")
 
 
@@ -43,7 +42,7 @@ def later_numa_settings(sysctl: dict) -> list[dict]:
     """Assignments of kernel.numa_balancing that systemd-sysctl applies after gpuhost's
     drop-in (by file name; /etc/sysctl.conf last) and that set it to anything but 0."""
     return [a for a in sysctl.get("assignments") or [] if a["key"] == "kernel.numa_balancing"
-            and a["name"] > NUMA_DROPIN_NAME and a["path"] != NUMA_DROPIN["path"] and a["value"] != "0"]
+            and a["name"] > NUMA_DROPIN_NAME and a["path"] != NUMA_DROPIN.path and a["value"] != "0"]
 
 
 def judge(h: Host) -> Finding:
@@ -63,11 +62,11 @@ def judge(h: Host) -> Finding:
     persisted_ok = next_value == "0"
     if live == "0" and persisted_ok:
         return Finding(cid, "pass", live, "0", "NUMA balancing is off, live and at boot")
-    fix: dict = {}
+    kinds: list = []
     if not persisted_ok:
-        have = [a for a in sysctl.get("assignments") or [] if a["path"] == NUMA_DROPIN["path"]]
-        if not have or sysctl.get("contents", {}).get(NUMA_DROPIN["path"]) != NUMA_DROPIN["content"]:
-            fix["file"] = NUMA_DROPIN
+        have = [a for a in sysctl.get("assignments") or [] if a["path"] == NUMA_DROPIN.path]
+        if not have or sysctl.get("contents", {}).get(NUMA_DROPIN.path) != NUMA_DROPIN.content:
+            kinds.append(NUMA_DROPIN)
         files: dict[str, dict] = {}
         unreadable = sorted({a["real_path"] for a in later_numa_settings(sysctl)
                              if "\ufffd" in sysctl["contents"].get(a["real_path"], "")})
@@ -84,14 +83,10 @@ def judge(h: Host) -> Finding:
                                             # that changed since (a line added meanwhile is never lost)
                                             "expect": sysctl["contents"][src] if dest == src else None})
             entry["lines"].add(a["line"])
-        fix["files"] = [{"path": e["path"], "content": comment_out(e["text"], e["lines"],
-                                                                      "disabled by gpuhost (numa.balancing)"),
-                         "expect_sha256": content_sha256(e["expect"])}
-                        for e in files.values()]
-        if not fix["files"]:
-            del fix["files"]
+        kinds += [FileEdit(e["path"], comment_out(e["text"], e["lines"], "disabled by gpuhost (numa.balancing)"),
+                           content_sha256(e["expect"])) for e in files.values()]
     if live != "0":
-        fix["runtime"] = [{"path": "/proc/sys/kernel/numa_balancing", "value": "0"}]
+        kinds.append(RuntimeWrite("0", path="/proc/sys/kernel/numa_balancing"))
     src = sysctl["sources"].get("kernel.numa_balancing")
     msg = f"kernel.numa_balancing is {live}"
     if not persisted_ok:
@@ -101,4 +96,4 @@ def judge(h: Host) -> Finding:
         if any(a["key"] == "kernel.numa_balancing" for a in sysctl.get("sysctl_conf_unapplied") or []):
             # systemd-sysctl reads only sysctl.d; Debian 13 ships no 99-sysctl.conf link to it
             msg += "; /etc/sysctl.conf sets it, but nothing applies that file at boot here (no /etc/sysctl.d/99-sysctl.conf)"
-    return Finding(cid, "drift", live, "0", msg, fix=fix)
+    return Finding(cid, "drift", live, "0", msg, fix=fix_of(*kinds))

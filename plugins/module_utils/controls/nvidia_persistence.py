@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import BootUnit, DaemonReload, FileContent, fix_of, Persistence, UnitEnable
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
 
 CONTROL = Control(
@@ -26,22 +27,22 @@ PERSISTENCED = CONTROL.units[0]
 
 # only where no vendor unit exists (a driver from NVIDIA's .run installer without its
 # init scripts): persistence is the daemon's default since 370.23
-PERSISTENCED_UNIT = {"name": PERSISTENCED, "content": (
+PERSISTENCED_UNIT = BootUnit(PERSISTENCED, (
     "# Managed by gpuhost (nvidia.persistence): persistence mode on for every GPU at boot.\n"
     "[Unit]\nDescription=NVIDIA Persistence Daemon\nWants=syslog.target\n\n"
     "[Service]\nType=forking\nExecStart=/usr/bin/nvidia-persistenced --persistence-mode\n"
-    "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n[Install]\nWantedBy=multi-user.target\n")}
+    "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n[Install]\nWantedBy=multi-user.target\n"))
 
 
 # drop-ins apply by file name: sort after the usual override.conf
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/zz-gpuhost-persistence.conf"
 
 
-def persistenced_dropin(exec_start: str) -> dict:
+def persistenced_dropin(exec_start: str) -> FileContent:
     cmd = " ".join(w for w in exec_start.split() if w != "--no-persistence-mode")
-    return {"path": PERSISTENCED_DROPIN, "content": (
+    return FileContent(PERSISTENCED_DROPIN, (
         "# Managed by gpuhost (nvidia.persistence): the vendor unit's daemon, with persistence on (its default)\n"
-        f"[Service]\nExecStart=\nExecStart={cmd}\n")}
+        f"[Service]\nExecStart=\nExecStart={cmd}\n"))
 
 
 def judge(h: Host) -> Finding:
@@ -65,21 +66,21 @@ def judge(h: Host) -> Finding:
     expected = "on for every GPU, live and at boot"
     if not off and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"nvidia-persistenced starts at boot ({how})")
-    fix: dict = {"runtime": [{"persistence": True}] if off else []}
+    kinds: list = [Persistence()] if off else []
     if not persisted_ok:
         if vendor:
             # the vendor unit stays as the package ships it: a drop-in and an enable link
             if not flag_ok and execs:
-                fix["file"] = persistenced_dropin(execs[-1])
+                kinds.append(persistenced_dropin(execs[-1]))
             if not starts:
                 if not u.get("installable"):
                     return Finding(cid, "manual", observed, expected,
                                    f"{u.get('path')} has no [Install] section and no udev rule starts it: "
                                    "start it from the driver's udev rule or a unit of your own")
-                fix["enable"] = [PERSISTENCED]
-            fix["daemon_reload"] = True
+                kinds.append(UnitEnable((PERSISTENCED,)))
+            kinds.append(DaemonReload())
         else:
-            fix["unit"] = PERSISTENCED_UNIT
+            kinds.append(PERSISTENCED_UNIT)
     msg = (f"persistence mode is off on {len(off)} GPUs" if off else "on now, but nothing turns it on at boot") + \
           ("" if persisted_ok else f" ({how})")
-    return Finding(cid, "drift", observed, expected, msg, fix=fix)
+    return Finding(cid, "drift", observed, expected, msg, fix=fix_of(*kinds))

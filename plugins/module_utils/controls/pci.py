@@ -2,6 +2,8 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import PciRegister
+
 import re
 import shlex
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Host
@@ -23,11 +25,10 @@ def setpci(d: dict, register: str) -> str:
     return sh("setpci", "-s", d["bdf"], "-d", f"{d['vendor']:04x}:{d['device']:04x}", register)
 
 
-def pci_change(d: dict, register: str, value: int, mask: int) -> dict:
+def pci_change(d: dict, register: str, value: int, mask: int) -> PciRegister:
     """A PCI register change for gpuhost.stack.runtime: bits *mask* of *register* set to
     *value*, on the function at this address only if it still has this vendor:device."""
-    return {"pci": d["bdf"], "device": f"{d['vendor']:04x}:{d['device']:04x}", "register": register,
-            "value": f"{value:04x}", "mask": f"{mask:04x}"}
+    return PciRegister(d["bdf"], f"{d['vendor']:04x}:{d['device']:04x}", register, f"{value:04x}", f"{mask:04x}")
 
 
 def strange_addresses(devices: list[dict]) -> list[str]:

@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import CmdlineRemove, CmdlineSet, fix_of, UnitRemoval
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import pci_change, strange_addresses
 
@@ -90,16 +91,17 @@ def judge(h: Host) -> Finding:
     ours_unit = ((h.f.get("units") or {}).get(ACS_UNIT) or {}).get("content") is not None
     vm = vm_passthrough(h)
     if vm:
-        leftovers: dict = {}
+        leftovers: list = []
         if ours_unit:
-            leftovers["remove_unit"] = ACS_UNIT
+            leftovers.append(UnitRemoval(ACS_UNIT))
         if persisted_acs_redir(persisted) is not None:
             new = pci_param_with(persisted, None)
-            leftovers.update({"cmdline_set": {"pci": new}} if new else {"cmdline_remove": ["pci"]})
+            leftovers.append(CmdlineSet({"pci": new}) if new else CmdlineRemove(("pci",)))
         if leftovers:
             return Finding(cid, "drift", "ACS cleared for a VM host", "ACS isolation kept",
                            "this host passes devices to VMs (" + "; ".join(vm) + "): take out what clears ACS",
-                           reboot_required="cmdline_set" in leftovers or "cmdline_remove" in leftovers, fix=leftovers)
+                           reboot_required=any(isinstance(k, (CmdlineSet, CmdlineRemove)) for k in leftovers),
+                           fix=fix_of(*leftovers))
         return na(cid, "this host passes devices to VMs (" + "; ".join(vm) + "): ACS isolation stays")
     ports = acs_ports(h)
     if not ports:
@@ -123,21 +125,21 @@ def judge(h: Host) -> Finding:
     if not bad and covered and not ours_unit:
         return Finding(cid, "pass", "no redirect", "no ACS redirect on switch ports",
                        f"{len(ports)} switch ports clear" + (f", kept by pci=disable_acs_redir={have}" if have else ""))
-    fix: dict = {}
+    kinds: list = []
     if not covered:
         merged = ";".join(sorted(set(want.split(";")) | set((have or "").split(";")) - {""}))
-        fix["cmdline_set"] = {"pci": pci_param_with(persisted, merged)}
+        kinds.append(CmdlineSet({"pci": pci_param_with(persisted, merged)}))
     if ours_unit:
-        fix["remove_unit"] = ACS_UNIT
+        kinds.append(UnitRemoval(ACS_UNIT))
     if bad:
         strange = strange_addresses(bad)
         if strange:
             return error(cid, f"the host names a PCI function {', '.join(strange)}: not an address gpuhost puts in a command")
-        fix["runtime"] = [pci_change(p, "ECAP_ACS+6.w", 0, ACS_REDIRECT_BITS) for p in bad]
+        kinds += [pci_change(p, "ECAP_ACS+6.w", 0, ACS_REDIRECT_BITS) for p in bad]
     observed = "; ".join(f"{p['bdf']} " + "+".join(n for bit, n in ACS_REDIRECT.items() if p["acs_ctrl"] & bit) for p in bad)
     msg = ("ACS redirect sends GPU peer traffic up to the root complex" if bad
            else "clear now, but the next boot sets ACS redirect again")
     if not covered:
         msg += f"; persist pci=disable_acs_redir={want}"
     return Finding(cid, "drift", observed or "clear now, not at boot", "no ACS redirect on switch ports", msg,
-                   reboot_required=False, fix=fix)
+                   reboot_required=False, fix=fix_of(*kinds))

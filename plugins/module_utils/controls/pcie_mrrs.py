@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import dead_gpus, pci_change, setpci, strange_addresses
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent
@@ -55,7 +56,7 @@ def judge(h: Host) -> Finding:
     observed = ", ".join(sorted({str(d.get("mrrs")) for d in targets})) + " bytes"
     if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "4096 bytes", f"MaxReadReq 4096 on {len(targets)} functions")
-    fix = {"unit": u, "runtime": [pci_change(d, "CAP_EXP+8.w", 0x5000, 0x7000) for d in bad]}
+    fix = fix_of(u, *(pci_change(d, "CAP_EXP+8.w", 0x5000, 0x7000) for d in bad))
     msg = (f"MaxReadReq {', '.join(sorted({str(d.get('mrrs')) for d in bad}))} on " + ", ".join(d["bdf"] for d in bad)
            if bad else "gpuhost's boot unit does not cover every GPU function")
     return Finding(cid, "drift", observed, "4096 bytes", msg, fix=fix)

@@ -2,7 +2,7 @@
 """
 from __future__ import annotations
 
-
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import BootUnit
 
 
 def content_sha256(text: str | None) -> str:
@@ -11,22 +11,22 @@ def content_sha256(text: str | None) -> str:
     return "absent" if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def unit(name: str, description: str, commands: list[str]) -> dict:
+def unit(name: str, description: str, commands: list[str]) -> BootUnit:
     """A oneshot unit that re-applies a runtime setting at every boot."""
     execs = "".join(f"ExecStart={c}\n" for c in commands)
     content = (f"# Managed by gpuhost ({name}); re-applies a runtime setting the kernel forgets at boot.\n"
                f"[Unit]\nDescription=gpuhost: {description}\nAfter=sysinit.target\n\n"
                f"[Service]\nType=oneshot\nRemainAfterExit=yes\n{execs}\n[Install]\nWantedBy=multi-user.target\n")
-    return {"name": name, "content": content}
+    return BootUnit(name, content)
 
 
-def unit_ok(facts: dict, u: dict) -> bool:
-    have = ((facts.get("units") or {}).get(u["name"]) or {})
-    return have.get("content") == u["content"] and bool(have.get("enabled"))
+def unit_ok(facts: dict, u: BootUnit) -> bool:
+    have = ((facts.get("units") or {}).get(u.name) or {})
+    return have.get("content") == u.content and bool(have.get("enabled"))
 
 
-def unit_current_or_absent(facts: dict, u: dict) -> bool:
+def unit_current_or_absent(facts: dict, u: BootUnit) -> bool:
     """For registers and queues that firmware or the kernel set at every boot: a good live
     value with no gpuhost unit is what boot gives; a gpuhost unit must match what is wanted."""
-    have = ((facts.get("units") or {}).get(u["name"]) or {})
+    have = ((facts.get("units") or {}).get(u.name) or {})
     return have.get("content") is None or unit_ok(facts, u)

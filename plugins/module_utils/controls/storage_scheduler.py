@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent
 
@@ -42,7 +43,7 @@ def judge(h: Host) -> Finding:
     observed = ", ".join(f"{b['name']}={b['scheduler']}" for b in ssd)
     if not bad and unit_current_or_absent(h.f, u):
         return Finding(cid, "pass", observed, "none", f"{len(ssd)} disks use none")
-    fix = {"unit": u, "runtime": [{"path": "/sys/block/" + b["name"] + "/queue/scheduler", "value": "none",
-                                   "selected": True} for b in bad]}
+    fix = fix_of(u, *(RuntimeWrite("none", path="/sys/block/" + b["name"] + "/queue/scheduler", selected=True)
+                      for b in bad))
     msg = ", ".join(f"{b['name']} uses {b['scheduler']}" for b in bad) or "gpuhost's boot unit does not cover every disk"
     return Finding(cid, "drift", observed, "none", msg, fix=fix)

@@ -1,0 +1,325 @@
+"""What a fix may change: a closed set of kinds, each a small dataclass that knows the data
+the common fix tasks apply (its keys in ``finding["fix"]``) and the plan line `gpuhost fix`
+shows before it asks.
+
+A judgement builds its fix from kinds (``fix_of(CmdlineSet(...), BootUnit(...))``); the
+plan reads the same dict back into kinds (``kinds_of``), which refuses a key no kind owns,
+so the plan cannot leave a change out and the roles cannot be handed a change the plan does
+not name. roles/common/tasks/fix.yml reads exactly these keys (a test holds the two together).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CmdlineSet:
+    """Kernel parameters set on the next boot's command line (gpuhost.stack.cmdline)."""
+    params: dict
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("cmdline_set", {}).update(self.params)
+
+    def plan(self) -> list[str]:
+        return [f"kernel parameter {k}={v} on the boot command line" for k, v in self.params.items()]
+
+
+@dataclass(frozen=True)
+class CmdlineRemove:
+    """Kernel parameters taken off the next boot's command line (gpuhost.stack.cmdline)."""
+    names: tuple
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("cmdline_remove", []).extend(self.names)
+
+    def plan(self) -> list[str]:
+        return [f"remove kernel parameter {k} from the boot command line" for k in self.names]
+
+
+@dataclass(frozen=True)
+class KernelPin:
+    """Make *release* the kernel the boot loader starts (gpuhost.stack.kernel_boot):
+    proxmox-boot-tool kernel pin, or GRUB_DEFAULT by entry id."""
+    release: str
+    tool: str
+    grub_default: str | None = None
+
+    def as_data(self) -> dict:
+        return {"release": self.release, "tool": self.tool,
+                **({"grub_default": self.grub_default} if self.grub_default is not None else {})}
+
+    def put(self, fix: dict) -> None:
+        fix["pin"] = self.as_data()
+
+    def plan(self) -> list[str]:
+        how = "proxmox-boot-tool kernel pin" if self.tool == "proxmox-boot-tool" else "GRUB_DEFAULT by entry id"
+        return [f"make {self.release} the kernel the boot loader starts ({how})"]
+
+
+@dataclass(frozen=True)
+class KernelSeries:
+    """Install a kernel series' metapackages (apt), then boot the new kernel only where the
+    NVIDIA module was built for it (gpuhost.stack.kernel_boot); the running one stays."""
+    series: str
+    packages: tuple
+    flavor: str | None
+    running: str
+    check_nvidia_module: bool
+    pin: KernelPin | None = None
+    unpin: bool = False
+    default_release: str | None = None
+
+    def put(self, fix: dict) -> None:
+        fix.update({"series": self.series, "flavor": self.flavor, "running": self.running,
+                    "check_nvidia_module": self.check_nvidia_module,
+                    "pin": self.pin.as_data() if self.pin else None, "unpin": self.unpin,
+                    "packages": list(self.packages)})
+        if self.default_release:
+            fix["default_release"] = self.default_release
+
+    def plan(self) -> list[str]:
+        out = ["install " + ", ".join(self.packages) + (f" (from {self.default_release})" if self.default_release else "")]
+        if self.check_nvidia_module and self.pin:
+            out.append(f"if the NVIDIA module is not built for the new kernel: keep booting {self.pin.release} (pinned)")
+        if self.unpin:
+            out.append("if it is: lift the older kernel's pin")
+        return out
+
+
+@dataclass(frozen=True)
+class FileContent:
+    """A file gpuhost owns, written whole (gpuhost.stack.file; a backup of what was there)."""
+    path: str
+    content: str
+
+    def put(self, fix: dict) -> None:
+        fix["file"] = {"path": self.path, "content": self.content}
+
+    def plan(self) -> list[str]:
+        return [f"write {self.path}"]
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    """Another's file edited (lines commented out), written only if it still holds what the
+    judgement read (expect_sha256); a copy in /var/backups/gpuhost."""
+    path: str
+    content: str
+    expect_sha256: str
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("files", []).append({"path": self.path, "content": self.content,
+                                            "expect_sha256": self.expect_sha256})
+
+    def plan(self) -> list[str]:
+        return [f"edit {self.path} (a copy in /var/backups/gpuhost)"]
+
+
+@dataclass(frozen=True)
+class LxcRepair:
+    """Container configs repaired under Proxmox's config lock, from what they hold then
+    (gpuhost.stack.lxc_config); *devices* and *dev_nodes* are what the repair may add."""
+    configs: tuple              # ({"path", "vmid", "preview"}, ...)
+    devices: dict
+    dev_nodes: list | None
+
+    def put(self, fix: dict) -> None:
+        fix.update({"lxc": [dict(c) for c in self.configs], "lxc_devices": dict(self.devices),
+                    "lxc_dev_nodes": self.dev_nodes})
+
+    def plan(self) -> list[str]:
+        return [f"repair {c['path']} under Proxmox's config lock (a copy in /var/backups/gpuhost)" for c in self.configs]
+
+
+@dataclass(frozen=True)
+class BootUnit:
+    """A oneshot unit of gpuhost's that re-applies runtime writes at every boot, installed
+    and enabled (gpuhost.stack.file); *content* is what systemd reads."""
+    name: str
+    content: str
+
+    def put(self, fix: dict) -> None:
+        fix["unit"] = {"name": self.name, "content": self.content}
+
+    def plan(self) -> list[str]:
+        return [f"install and enable the boot unit {self.name}"]
+
+
+@dataclass(frozen=True)
+class UnitRemoval:
+    """A unit an older gpuhost installed, disabled and removed."""
+    name: str
+
+    def put(self, fix: dict) -> None:
+        fix["remove_unit"] = self.name
+
+    def plan(self) -> list[str]:
+        return [f"remove the boot unit {self.name} an older gpuhost installed"]
+
+
+@dataclass(frozen=True)
+class UnitEnable:
+    """A vendor's unit enabled as its [Install] section says; the unit stays as packaged."""
+    names: tuple
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("enable", []).extend(self.names)
+
+    def plan(self) -> list[str]:
+        return [f"enable {n} (systemctl enable; the unit stays as packaged)" for n in self.names]
+
+
+@dataclass(frozen=True)
+class DaemonReload:
+    """systemd reads its units again after a drop-in changed."""
+
+    def put(self, fix: dict) -> None:
+        fix["daemon_reload"] = True
+
+    def plan(self) -> list[str]:
+        return ["systemctl daemon-reload if a unit file changed"]
+
+
+@dataclass(frozen=True)
+class RuntimeWrite:
+    """A value written now to a sysfs or procfs file (or each file a glob matches)."""
+    value: str
+    path: str | None = None
+    glob: str | None = None
+    refused_ok: bool = False        # a kernel that refuses the write is not a failure (EPP)
+    selected: bool = False          # the file lists choices, the current one in [brackets]
+
+    def change(self) -> dict:
+        out: dict = {"path": self.path} if self.path else {"glob": self.glob}
+        out["value"] = self.value
+        if self.refused_ok:
+            out["refused_ok"] = True
+        if self.selected:
+            out["selected"] = True
+        return out
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("runtime", []).append(self.change())
+
+
+@dataclass(frozen=True)
+class PciRegister:
+    """Bits *mask* of a PCI register set to *value* now, on the function at *bdf* only while
+    it still has this vendor:device (gpuhost.stack.runtime, setpci)."""
+    bdf: str
+    device: str                     # vendor:device, hex
+    register: str
+    value: str                      # hex
+    mask: str                       # hex
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("runtime", []).append({"pci": self.bdf, "device": self.device, "register": self.register,
+                                              "value": self.value, "mask": self.mask})
+
+
+@dataclass(frozen=True)
+class Persistence:
+    """Persistence mode on for every GPU now (nvidia-smi -pm 1)."""
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("runtime", []).append({"persistence": True})
+
+
+KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, LxcRepair, BootUnit, UnitRemoval,
+         UnitEnable, DaemonReload, RuntimeWrite, PciRegister, Persistence)
+RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence)
+# every key a fix may hold, and the kind that owns it
+KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
+        "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
+        "unpin": KernelSeries, "packages": KernelSeries, "default_release": KernelSeries, "file": FileContent,
+        "files": FileEdit, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair, "unit": BootUnit,
+        "remove_unit": UnitRemoval, "enable": UnitEnable, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
+
+
+def fix_of(*kinds) -> dict:
+    """The fix a judgement hands the roles: each kind's data, in the order given."""
+    fix: dict = {}
+    for kind in kinds:
+        if not isinstance(kind, KINDS):
+            raise TypeError(f"not a fix kind: {kind!r}")
+        kind.put(fix)
+    return fix
+
+
+def _pin(data: dict | None) -> KernelPin | None:
+    return KernelPin(data["release"], data["tool"], data.get("grub_default")) if data else None
+
+
+def kinds_of(fix: dict) -> list:
+    """A fix read back into its kinds, in the order the common fix tasks apply them; a key
+    no kind owns is an error (the closed set)."""
+    unknown = sorted(set(fix) - set(KEYS))
+    if unknown:
+        raise ValueError(f"a fix key no kind owns: {', '.join(unknown)}")
+    out: list = []
+    if fix.get("cmdline_set"):
+        out.append(CmdlineSet(dict(fix["cmdline_set"])))
+    if fix.get("cmdline_remove"):
+        out.append(CmdlineRemove(tuple(fix["cmdline_remove"])))
+    if "series" in fix:
+        out.append(KernelSeries(fix["series"], tuple(fix.get("packages") or ()), fix.get("flavor"), fix.get("running"),
+                                bool(fix.get("check_nvidia_module")), _pin(fix.get("pin")),
+                                bool(fix.get("unpin")), fix.get("default_release")))
+    elif fix.get("pin"):
+        out.append(_pin(fix["pin"]))
+    if fix.get("file"):
+        out.append(FileContent(fix["file"]["path"], fix["file"]["content"]))
+    out += [FileEdit(f["path"], f["content"], f["expect_sha256"]) for f in fix.get("files") or []]
+    if fix.get("lxc"):
+        out.append(LxcRepair(tuple(fix["lxc"]), fix.get("lxc_devices") or {}, fix.get("lxc_dev_nodes")))
+    if fix.get("unit"):
+        out.append(BootUnit(fix["unit"]["name"], fix["unit"]["content"]))
+    if fix.get("remove_unit"):
+        out.append(UnitRemoval(fix["remove_unit"]))
+    if fix.get("daemon_reload"):
+        out.append(DaemonReload())
+    if fix.get("enable"):
+        out.append(UnitEnable(tuple(fix["enable"])))
+    for c in fix.get("runtime") or []:
+        if c.get("persistence"):
+            out.append(Persistence())
+        elif c.get("pci"):
+            out.append(PciRegister(c["pci"], c["device"], c["register"], c["value"], c["mask"]))
+        else:
+            out.append(RuntimeWrite(str(c["value"]), c.get("path"), c.get("glob"), bool(c.get("refused_ok")),
+                                    bool(c.get("selected"))))
+    return out
+
+
+def runtime_plan(kinds: list) -> list[str]:
+    """The runtime kinds' plan: the same write on many CPUs, policies or disks said once, with a count."""
+    out: list[str] = []
+    writes: dict[tuple[str, str], list[str]] = {}
+    registers: dict[tuple[str, str, str], list[str]] = {}
+    for k in kinds:
+        if isinstance(k, Persistence):
+            out.append("persistence mode on for every GPU")
+        elif isinstance(k, PciRegister):
+            registers.setdefault((k.register, k.value, k.mask), []).append(f"{k.bdf} [{k.device}]")
+        elif isinstance(k, RuntimeWrite):
+            path = k.glob or k.path
+            writes.setdefault((re.sub(r"(policy|cpu|state)\d+", r"\1N", path), k.value), []).append(path)
+    for (shape, value), paths in writes.items():
+        out.append(f"write {value} to {paths[0]}" if len(paths) == 1 else f"write {value} to {shape} ({len(paths)} files)")
+    for (register, value, mask), devices in registers.items():
+        out.append(f"set PCI register {register} to {value} (bits {mask}) on {', '.join(devices)}")
+    return out
+
+
+def plan(fix: dict) -> list[str]:
+    """One line per change *fix* makes, in the order the common fix tasks make them."""
+    kinds = kinds_of(fix)
+    out: list[str] = []
+    for k in kinds:
+        if not isinstance(k, RUNTIME_KINDS):
+            out += k.plan()
+    return out + runtime_plan([k for k in kinds if isinstance(k, RUNTIME_KINDS)])
+
+
+__all__ = [k.__name__ for k in KINDS] + ["fix_of", "kinds_of", "plan", "KEYS"]
