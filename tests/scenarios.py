@@ -115,8 +115,7 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
     assert isinstance(spec, HostSpec)
     provision._provision_host(root, spec)
     provision._write(root, "etc/os-release", provision.os_release(spec))
-    for path, content in spec.files.items():
-        provision._write(root, path, content)
+    provision.write_spec_files(root, spec.files)
     if spec.is_proxmox:
         provision._write(root, "usr/bin/pveversion", "#!/bin/sh\n", 0o755)
     if spec.is_proxmox or spec.boot.loader != "grub":

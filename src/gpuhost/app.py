@@ -519,7 +519,7 @@ class App:
             self.err.print(f"[red]roll-out stopped: {shown(other)} was not rebooted[/]")
 
 
-def run_verify(inventory: str | None, limit: str | None) -> int:
+def run_verify(inventory: str | None, limit: str | None, junit: str | None = None) -> int:
     """Run the testinfra suite against the inventory's hosts (or this machine); pytest's exit code."""
     import subprocess
 
@@ -530,6 +530,12 @@ def run_verify(inventory: str | None, limit: str | None) -> int:
             "--rootdir", str(PROJECT / "tests/verify"), "-o", "addopts=", f"--hosts={hosts}", "-q", "-rfs"]
     if inventory:
         args.append(f"--ansible-inventory={Path(inventory).resolve()}")
+    if junit:
+        args.append(f"--junitxml={Path(junit).expanduser().resolve()}")
+    import importlib.util
+    if inventory and importlib.util.find_spec("xdist"):
+        # hosts are read over SSH one test at a time: a few workers read a fleet in parallel
+        args += ["-n", str(min(8, os.cpu_count() or 1))]
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}")
     # stdin is never read; a CI runner's non-blocking stdin would make every ansible CLI

@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument("--diff", action="store_true", help="show diffs of changed files")
     verify = sub.add_parser("verify", help="check the desired state directly on the hosts (pytest-testinfra)")
     common(verify, reports=False)
+    verify.add_argument("--junit", metavar="FILE", help="also write each host's result of each control as JUnit XML")
 
     ctl = sub.add_parser("controls", help="list the controls (with --markdown: the controls reference)")
     ctl.add_argument("--markdown", action="store_true", help="print docs/controls.md")
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "verify":
             from .app import parse_limit, run_verify
 
-            return run_verify(args.inventory, parse_limit(args.limit))
+            return run_verify(args.inventory, parse_limit(args.limit), args.junit)
         raise UsageError(f"gpuhost: unknown command {args.command}")
     except (UsageError, BadInput) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -30,3 +30,36 @@ def test_verify_limit_and_bad_inventory(seed_lab, tmp_path):
     assert "test_cpu_cstates" not in loose.stdout.split("short test summary")[-1], loose.stdout[-2000:]
     res = verify("-i", str(tmp_path / "none.yml"))
     assert res.returncode == 1 and res.stderr == f"error: -i: no inventory at {tmp_path / 'none.yml'}\n"
+
+
+def test_verify_agrees_with_the_judgement_on_every_host_of_the_specs(make_lab, tmp_path):
+    """Issue 16: the oracle (tests/verify, its own reads through testinfra) and the judgement
+    agree on every control of every host in tests/specs/: pass is passed, na is skipped
+    with its reason, a failing status (drift, manual, pending_reboot, error) is failed."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    from conftest import SPECS, gpuhost
+
+    lab = make_lab(*sorted(SPECS.glob("*.yml")), *sorted((SPECS / "matrix").glob("*.yml")))
+    audit = gpuhost("audit", "-i", str(lab.inventory))
+    assert audit.report is not None, audit.stderr[-2000:]
+    junit = tmp_path / "verify.xml"
+    res = verify("-i", str(lab.inventory), "--junit", str(junit))
+    assert res.returncode in (0, 2), res.stdout[-2000:]
+    oracle = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        control, host = re.match(r"test_(\w+)\[ansible://(.+)\]", case.get("name")).groups()
+        oracle[host, control] = ("failed" if case.find("failure") is not None or case.find("error") is not None
+                                 else "skipped" if case.find("skipped") is not None else "passed")
+    want = {"pass": "passed", "na": "skipped", "waived": "skipped",
+            "drift": "failed", "manual": "failed", "pending_reboot": "failed", "error": "failed"}
+    hosts = audit.report["hosts"]
+    assert len(hosts) >= 19
+    disagree = [(host, f["control"], f["status"], oracle.get((host, f["control"].replace(".", "_"))))
+                for host, h in sorted(hosts.items()) for f in h["findings"]
+                if oracle.get((host, f["control"].replace(".", "_"))) != want[f["status"]]]
+    assert disagree == [], disagree
+    # both sides judged something: every status is there
+    statuses = {f["status"] for h in hosts.values() for f in h["findings"]}
+    assert {"pass", "na", "drift", "manual"} <= statuses

@@ -295,9 +295,28 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
         _provision_host(root, spec, real_grub_mkconfig)
     else:
         _provision_guest(root, spec)
-    for path, content in spec.files.items():
-        _write(root, path, content)
+    write_spec_files(root, spec.files)
     _write(root, "var/lib/gpuhost-lab/provisioned", spec.hostname + "\n")
+
+
+UNIT_DIRS = ("/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+
+
+def write_spec_files(root: Path, files: dict[str, str]) -> None:
+    """A spec's files; one in a .wants/ or .requires/ directory that names a unit the spec
+    also ships is written as `systemctl enable` makes it (systemd.unit(5), [Install]): a link
+    to that unit file, not a copy of it."""
+    for path, content in files.items():
+        parent, name = os.path.split(path)
+        target = next((f"{d}/{name}" for d in UNIT_DIRS if f"{d}/{name}" in files and f"{d}/{name}" != path), None)
+        if parent.endswith((".wants", ".requires")) and target and files[target] == content:
+            link = inside(root, parent.strip("/")) / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(target)
+        else:
+            _write(root, path, content)
 
 
 def sh_double_quoted(value: str) -> str:
