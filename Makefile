@@ -10,7 +10,7 @@ SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo chromium-head
 BARE_PACKAGES := grub-common grub2-common
 PYTEST_ARGS ?=
 
-.PHONY: audit test install system-deps lab-demo bench clean generate
+.PHONY: audit test install system-deps lab-demo bench clean generate scenario-coverage
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,13 @@ test: system-deps install
 
 lab-demo: install
 	$(BIN)/gpuhost lab up ../shared/hosts/pve-gpu1.yml ../shared/hosts/llm-two.yml --dir .lab
+
+# the branches of every control's judgement (plugins/module_utils/controls/<id>.py) that the
+# scenarios of tests/controls/ reach, as a figure
+scenario-coverage: install
+	$(BIN)/python -m coverage run --data-file=.coverage.scenarios --branch --include='*/module_utils/controls/[a-z]*_*.py' \
+	  -m pytest -q -p no:cacheprovider tests/unit/test_controls.py -k test_scenario
+	$(BIN)/python -m coverage report --data-file=.coverage.scenarios
 
 bench: system-deps install
 	$(BIN)/python benchmarks/lab_bringup.py
