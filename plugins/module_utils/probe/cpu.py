@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+"""The CPUs: vendor and firmware features, cpufreq policies, idle states, NUMA nodes.
+"""
+from __future__ import absolute_import, division, print_function
+
+import os
+import re
+
+__metaclass__ = type
+
+class CpuProbe:
+    """Probe sections: probe_cpu, probe_cpufreq, probe_cpuidle, probe_numa (a part of probe.Probe)."""
+
+    def probe_cpu(self):
+        text = self.read("/proc/cpuinfo")
+        if text is None:
+            raise IOError("/proc/cpuinfo unreadable")
+        first = {}
+        count = 0
+        for block in text.split("\n\n"):
+            if not block.strip():
+                continue
+            count += 1
+            if not first:
+                for line in block.splitlines():
+                    k, _, v = line.partition(":")
+                    first[k.strip()] = v.strip()
+        flags = first.get("flags", "").split()
+        return {"vendor": first.get("vendor_id"), "family": int(first.get("cpu family", "0") or 0),
+                "model_name": first.get("model name"), "logical_cpus": count,
+                # _CPC parsed by drivers/acpi/cppc_acpi.c shows as cpuN/acpi_cppc/; the cpuinfo
+                # flag marks only the MSR interface (EPYC 7002/7003 use shared memory, no flag)
+                "cppc": os.path.isdir(self.p("/sys/devices/system/cpu/cpu0/acpi_cppc")), "cppc_msr": "cppc" in flags,
+                "hwp": "hwp" in flags, "hypervisor": "hypervisor" in flags,
+                "pm_profile": int(self.read1("/sys/firmware/acpi/pm_profile", "0") or 0)}
+
+    def probe_cpufreq(self):
+        policies = []
+        dirs = self.glob("/sys/devices/system/cpu/cpufreq/policy*")
+        # what a policy offers is the driver's, the same for all: read it once
+        first = self.rel(dirs[0]) if dirs else None
+        driver = self.read1(first + "/scaling_driver") if first else None
+        governors = (self.read1(first + "/scaling_available_governors") or "").split() if first else []
+        for d in dirs:
+            rel = self.rel(d)
+            pol = {"id": int(re.sub(r"\D", "", os.path.basename(d)) or 0),
+                   "governor": self.read1(rel + "/scaling_governor")}
+            epp = self.read1(rel + "/energy_performance_preference")
+            if epp is not None:
+                pol["epp"] = epp
+            policies.append(pol)
+        policies.sort(key=lambda x: x["id"])
+        # driver and governors once, not per policy: on a 256-CPU host they were most of the facts
+        return {"driver": driver, "governors": governors,
+                "amd_pstate_status": self.read1("/sys/devices/system/cpu/amd_pstate/status"), "policies": policies}
+
+    def probe_cpuidle(self):
+        driver = self.read1("/sys/devices/system/cpu/cpuidle/current_driver")
+        states = {}
+        for d in self.glob("/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"):
+            idx = int(re.sub(r"\D", "", os.path.basename(d)))
+            rel = self.rel(d)
+            st = states.get(idx)
+            if st is None:   # a state's name and latency are the idle driver's, the same on every CPU
+                st = states[idx] = {"index": idx, "name": self.read1(rel + "/name"),
+                                    "latency_us": int(self.read1(rel + "/latency", "0") or 0), "cpus": 0, "disabled": 0}
+            st["cpus"] += 1
+            if self.read1(rel + "/disable", "0") not in ("0", None):
+                st["disabled"] += 1
+        return {"driver": driver, "states": [states[k] for k in sorted(states)]}
+
+    def probe_numa(self):
+        nodes = [os.path.basename(n) for n in self.glob("/sys/devices/system/node/node[0-9]*")]
+        return {"nodes": len(nodes) or 1}

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+"""The devices: IOMMU, PCI functions with their PCIe registers, the NVIDIA driver and GPUs, disks.
+"""
+from __future__ import absolute_import, division, print_function
+
+import os
+import re
+
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig import _hex, parse_config
+
+__metaclass__ = type
+
+class DevicesProbe:
+    """Probe sections: probe_iommu, probe_pci, probe_nvidia, probe_block (a part of probe.Probe)."""
+
+    def probe_iommu(self):
+        units = [os.path.basename(p) for p in self.glob("/sys/class/iommu/*")]
+        types = sorted(set(filter(None, (self.read1(self.rel(p) + "/type") for p in self.glob("/sys/kernel/iommu_groups/*")))))
+        return {"units": units, "group_types": types, "groups": len(self.glob("/sys/kernel/iommu_groups/*"))}
+
+    def probe_pci(self):
+        devices = []
+        unreadable = []
+        for path in self.glob("/sys/bus/pci/devices/*"):
+            bdf = os.path.basename(path)
+            rel = self.rel(path)
+            real = os.path.realpath(path)
+            parent = os.path.basename(os.path.dirname(real))
+            dev = {"bdf": bdf, "vendor": _hex(self.read1(rel + "/vendor")), "device": _hex(self.read1(rel + "/device")),
+                   "class": _hex(self.read1(rel + "/class")),
+                   "parent": parent if re.match(r"^[0-9a-f]{4}:", parent) else None,
+                   "driver": os.path.basename(os.path.realpath(path + "/driver")) if os.path.exists(path + "/driver") else None,
+                   "numa_node": int(self.read1(rel + "/numa_node", "-1") or -1),
+                   # behind an external-facing port: the kernel marks it untrusted and removable
+                   # (drivers/pci/probe.c pci_set_removable) and always gives it a DMA domain
+                   "removable": self.read1(rel + "/removable") == "removable",
+                   "iommu_group_type": (self.read1(self.rel(os.path.realpath(path + "/iommu_group")) + "/type")
+                                        if os.path.exists(path + "/iommu_group") else None)}
+            try:
+                with open(path + "/config", "rb") as f:
+                    cfg = f.read(4096)
+            except (IOError, OSError) as exc:
+                cfg = b""
+                dev["config_error"] = str(exc)
+            dev["config_size"] = len(cfg)
+            if 0 < len(cfg) <= 64:
+                dev["config_error"] = "only the first 64 bytes of config space are readable without root"
+                unreadable.append(bdf)
+            dev.update(parse_config(cfg))
+            devices.append(dev)
+        if unreadable:
+            self.errors["pci"] = "config space of %d devices needs root to read" % len(unreadable)
+        return devices
+
+    def probe_nvidia(self):
+        version_text = self.read("/proc/driver/nvidia/version")
+        module, flavor = None, None
+        if version_text:
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", version_text)
+            module = m.group(1) if m else None
+            # kernel-open builds say "Open Kernel Module"; the proprietary ones "Kernel Module"
+            flavor = "open" if "Open Kernel Module" in version_text else "proprietary"
+        majors, char_devices = {}, {}
+        devices = self.read("/proc/devices") or ""
+        chars = devices.split("Block devices:")[0]
+        for line in chars.splitlines():
+            m = re.match(r"^\s*(\d+)\s+(\S+)$", line)
+            if m:
+                char_devices[m.group(1)] = m.group(2)
+                if m.group(2).startswith("nvidia"):
+                    majors[m.group(2)] = int(m.group(1))
+        smi = None
+        for cand in ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi"):
+            if os.path.exists(self.p(cand)):
+                smi = cand
+        # the device nodes as the driver and nvidia-modprobe made them: a container's devN:
+        # path must exist when it starts (pve-container refuses the start otherwise)
+        nodes = sorted(self.rel(p) for p in self.glob("/dev/nvidia*") + self.glob("/dev/nvidia-caps/*"))
+        out = {"module": module, "flavor": flavor, "majors": majors, "char_devices": char_devices, "smi": None,
+               "dev_nodes": nodes,
+               "gpus": [], "userspace": None, "smi_error": None, "no_devices": False}
+        if smi is None:
+            return out
+        out["smi"] = smi
+        fields = "index,pci.bus_id,name,driver_version,persistence_mode,compute_cap"
+        rc, text, err = self._run([self.p(smi), "--query-gpu=" + fields, "--format=csv,noheader"])
+        if rc != 0 and "compute_cap" in (text + err) and "not a valid field" in (text + err):
+            # R470 and older have no compute_cap field: the whole query fails, so ask without it
+            rc, text, err = self._run([self.p(smi), "--query-gpu=" + fields.rsplit(",", 1)[0],
+                                       "--format=csv,noheader"])
+        if rc != 0:
+            msg = (text.strip() or err.strip()).splitlines()[0] if (text.strip() or err.strip()) else "exit %d" % rc
+            out["smi_error"] = msg
+            out["no_devices"] = "No devices were found" in (text + err)
+            m = re.search(r"NVML library version: (\S+)", text + err)
+            out["userspace"] = m.group(1) if m else None
+            return out
+        for line in text.strip().splitlines():
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) < 5:
+                continue
+            bus = cells[1].lower()
+            out["gpus"].append({"index": int(cells[0]), "bdf": bus[4:] if len(bus) == 16 else bus, "name": cells[2],
+                                "compute_cap": cells[5] if len(cells) > 5 else None,
+                                "persistence": cells[4] == "Enabled"})
+            out["userspace"] = cells[3]
+        if not out["gpus"] and "No devices were found" in text:
+            out["no_devices"] = True
+        return out
+
+    def probe_block(self):
+        out = []
+        for path in self.glob("/sys/block/*"):
+            name = os.path.basename(path)
+            if re.match(r"^(loop|ram|zram|sr|fd|nbd)\d*", name):
+                continue
+            sched = self.read1("/sys/block/%s/queue/scheduler" % name) or ""
+            m = re.search(r"\[(\S+)\]", sched)
+            out.append({"name": name, "rotational": self.read1("/sys/block/%s/queue/rotational" % name) == "1",
+                        "scheduler": m.group(1) if m else (sched or None),
+                        "schedulers": sched.replace("[", "").replace("]", "").split()})
+        return out

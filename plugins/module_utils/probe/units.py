@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+"""systemd units as systemd reads them: the first file in the unit path, drop-ins by name,
+enable links, masks, and the udev rules that start a unit.
+"""
+from __future__ import absolute_import, division, print_function
+
+import os
+import re
+
+# what the controls declare they need read back (made from their declarations)
+from ansible_collections.gpuhost.stack.plugins.module_utils.watchlist import OWNED_UNITS
+
+__metaclass__ = type
+
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
+             "/usr/lib/systemd/system")
+
+def _exec_starts(text, reset_marker=False):
+    """ExecStart= values of a unit file's [Service] section; None for an empty ExecStart=
+    (which resets the list) when reading a drop-in."""
+    out, section = [], None
+    for line in text.splitlines():
+        t = line.strip()
+        if t.startswith("["):
+            section = t
+            continue
+        if section != "[Service]":
+            continue
+        m = re.match(r"^ExecStart\s*=\s*(.*)$", t)
+        if m:
+            if not m.group(1):
+                out.append(None)
+            else:
+                out.append(m.group(1))
+    if not reset_marker:
+        cleaned = []
+        for cmd in out:
+            cleaned = [] if cmd is None else cleaned + [cmd]
+        return cleaned
+    return out
+
+
+class UnitsProbe:
+    """Probe sections: probe_units (a part of probe.Probe)."""
+
+    def probe_units(self):
+        units = {}
+        for name in OWNED_UNITS:
+            units[name] = self.effective_unit(name)
+        return units
+
+    def udev_rules(self):
+        """The texts of every udev rules file, read once for all the units asked about."""
+        if getattr(self, "_udev_rules", None) is None:
+            self._udev_rules = [self.read(self.rel(rule)) or ""
+                                for d in ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
+                                for rule in self.glob(d + "/*.rules")]
+        return self._udev_rules
+
+    def effective_unit(self, name):
+        """A unit as systemd reads it (systemd.unit(5)): the first file of that name in the
+        unit path, then drop-ins (<unit>.d/*.conf from every unit directory, by file name),
+        where an empty ExecStart= resets the list; enabled by a .wants link, or started by
+        a udev rule (Ubuntu's nvidia persistenced has no [Install], 71-nvidia.rules starts it)."""
+        content, where, masked = None, None, False
+        for d in UNIT_DIRS:
+            path = d + "/" + name
+            if os.path.islink(self.p(path)) and os.readlink(self.p(path)) == "/dev/null":
+                content, where, masked = "", path, True      # `systemctl mask`: systemd.unit(5)
+                break
+            text = self.read(path)
+            if text is not None:
+                content, where = text, path
+                break
+        dropins = {}
+        for d in reversed(UNIT_DIRS):
+            for path in self.glob(d + "/" + name + ".d/*.conf"):
+                dropins[os.path.basename(path)] = self.rel(path)
+        execs = _exec_starts(content or "")
+        dropin_texts = {}
+        for base in sorted(dropins):
+            text = self.read(dropins[base]) or ""
+            dropin_texts[dropins[base]] = text
+            more = _exec_starts(text, reset_marker=True)
+            for cmd in more:
+                execs = [] if cmd is None else execs + [cmd]
+        enabled = any(os.path.lexists(self.p(d + "/multi-user.target.wants/" + name)) for d in UNIT_DIRS[:1])
+        by_udev = any(re.search(r'SYSTEMD_WANTS\S*\s*[+:]?=\s*"?%s' % re.escape(name), text)
+                      for text in self.udev_rules())
+        return {"content": content, "path": where, "enabled": enabled, "dropins": dropin_texts, "masked": masked,
+                "exec_start": execs, "started_by_udev": by_udev,
+                "installable": bool(re.search(r"^\s*\[Install\]", content or "", re.M))}
