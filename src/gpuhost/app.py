@@ -1,4 +1,5 @@
-"""gpuhost audit / fix / verify: the flows behind the command line."""
+"""gpuhost audit / fix: the flows behind the command line (the options they take in
+options.py, their progress lines in progress.py, gpuhost verify in verify.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -6,143 +7,21 @@ import os
 import signal
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 
-from . import report as rep
 from . import junit, terminal
-from rich.markup import escape
-
-from .controls import BY_ID
-from .runs import end as end_run, register as register_run
-from .plan import changes as plan_changes
+from . import report as rep
 from .inventory import InventoryError, load_and_check
-from .runner import AUDIT_TASK, CHECK_TASK, LOCAL_INVENTORY, LOCK_TASK, PROJECT, PlaybookRun, RunResult
+from .plan import changes as plan_changes
+from .runner import AUDIT_TASK, LOCAL_INVENTORY, PlaybookRun, RunResult
+from .runs import end as end_run, register as register_run
+from .options import BadInput, Options, parse_controls, parse_limit
+from .progress import Progress, shown
+from .verify import run_verify
 
-
-class BadInput(ValueError):
-    """One line for the user; exit 1; no host touched."""
-
-
-@dataclass
-class Options:
-    inventory: str | None = None
-    limit: str | None = None
-    controls: list[str] = field(default_factory=list)
-    json: str | None = None
-    junit: str | None = None
-    html: str | None = None
-    reboot: str = "never"
-    yes: bool = False
-    diff: bool = False
-    task_timeout: int = 120
-    reboot_timeout: int = 600
-    lock_timeout: int = 1800
-    connection: list[str] = field(default_factory=list)    # ansible-playbook flags: -u, -b, --private-key, -e, --forks
-    prom: str | None = None                 # Prometheus textfile
-    no_color: bool = False
-    format: str = "table"                   # table | oneline
-
-
-def parse_controls(text: str | None) -> list[str]:
-    """--controls: None selects every control; anything given must name controls exactly
-    (an empty or blank selection must never widen to all of them)."""
-    if text is None:
-        return []
-    ids = [c.strip() for c in text.split(",")]
-    if not any(ids):
-        raise BadInput(f"--controls: empty selection {text!r} (give control IDs, comma-separated)")
-    if not all(ids):
-        raise BadInput(f"--controls: empty item in {text!r}")
-    for cid in ids:
-        if cid not in BY_ID:
-            raise BadInput(f"--controls: unknown control {cid!r} (known: {', '.join(BY_ID)})")
-    return ids
-
-
-def parse_limit(text: str | None) -> str | None:
-    """--limit: None means every host; a given pattern must select something by its shape
-    ("", " ", ",", ":" would select every host in Ansible; an unclosed [ is a typo)."""
-    if text is None:
-        return None
-    pattern = text.strip()
-    if not pattern or not pattern.strip(",:&! "):
-        raise BadInput(f"--limit: empty pattern {text!r}")
-    if pattern.count("[") != pattern.count("]"):
-        raise BadInput(f"--limit: unbalanced [ ] in {text!r}")
-    return pattern
-
-
-def shown(value) -> str:
-    """Text from a host or an inventory as the terminal shows it: control characters as \\xHH
-    (report.printable), rich's markup escaped (a file name `[tuned]`, a message with `[/x]`)."""
-    return escape(rep.printable(str(value)))
-
-
-class Progress:
-    """Per-host progress from runner events, cheap in the event handler.
-
-    On a terminal: a live table of each host's current task. Elsewhere (a CI log): one
-    line per host when it is done, and one for each change, failure or unreachable host,
-    so a long fleet run shows it is moving without flooding the log.
-    """
-
-    REPORT_TASK = "Report the findings"
-
-    def __init__(self, console: Console, title: str, done_task: str = REPORT_TASK):
-        self.console = console
-        self.title = title
-        self.done_task = done_task          # the task whose result is a host's report
-        self.hosts: dict[str, str] = {}
-        self.live: Live | None = None
-
-    def __enter__(self):
-        if self.console.is_terminal:
-            self.live = Live(self._render(), console=self.console, refresh_per_second=6, transient=True)
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.live:
-            self.live.__exit__(*exc)
-
-    def _render(self) -> Table:
-        t = Table.grid(padding=(0, 2))
-        t.add_row(f"[bold]{self.title}[/]")
-        for host, task in self.hosts.items():
-            t.add_row(f"  {shown(host)}", f"[dim]{task}[/]")
-        return t
-
-    def event(self, ev: dict) -> None:
-        data = ev.get("event_data") or {}
-        host, kind, task = data.get("host"), ev.get("event"), data.get("task", "")
-        if not host or task == CHECK_TASK:      # bad input is said once, in its own one line
-            return
-        line = None
-        task = shown(task)          # its name holds inventory values ({{ gpuhost_control }})
-        if kind == "runner_on_start":
-            self.hosts[host] = task
-            if task == LOCK_TASK:
-                line = "waiting for another run's lock (hosts are taken in name order)"
-        elif kind == "runner_on_unreachable":
-            self.hosts[host] = "[red]unreachable[/]"
-            line = self.hosts[host]
-        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            self.hosts[host] = f"[red]failed: {task}[/]"
-            line = self.hosts[host]
-        elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
-            line = f"changed: {task}"
-        elif kind == "runner_on_ok" and (task == self.done_task or (data.get("res") or {}).get("ansible_stats")):
-            self.hosts[host] = "done"
-            line = "done"
-        if self.live:
-            self.live.update(self._render())
-        elif line:
-            self.console.print(f"[dim]{self.title}:[/] {shown(host)}: {line}", highlight=False)
+__all__ = ["App", "BadInput", "Options", "Progress", "parse_controls", "parse_limit", "run_verify", "shown"]
 
 
 class App:
@@ -517,29 +396,3 @@ class App:
     def _stop_rollout(self, hosts: dict, rest: list[str]) -> None:
         for other in rest:
             self.err.print(f"[red]roll-out stopped: {shown(other)} was not rebooted[/]")
-
-
-def run_verify(inventory: str | None, limit: str | None, junit: str | None = None) -> int:
-    """Run the testinfra suite against the inventory's hosts (or this machine); pytest's exit code."""
-    import subprocess
-
-    if inventory and not Path(inventory).exists():
-        raise BadInput(f"-i: no inventory at {inventory}")
-    hosts = f"ansible://{limit or 'all'}" if inventory else "local://"
-    args = [sys.executable, "-m", "pytest", str(PROJECT / "tests/verify"), "-p", "no:cacheprovider",
-            "--rootdir", str(PROJECT / "tests/verify"), "-o", "addopts=", f"--hosts={hosts}", "-q", "-rfs"]
-    if inventory:
-        args.append(f"--ansible-inventory={Path(inventory).resolve()}")
-    if junit:
-        args.append(f"--junitxml={Path(junit).expanduser().resolve()}")
-    import importlib.util
-    if inventory and importlib.util.find_spec("xdist"):
-        # hosts are read over SSH one test at a time: a few workers read a fleet in parallel
-        args += ["-n", str(min(8, os.cpu_count() or 1))]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}")
-    # stdin is never read; a CI runner's non-blocking stdin would make every ansible CLI
-    # that testinfra starts refuse to run ("Ansible requires blocking IO").
-    rc = subprocess.run(args, env=env, cwd=PROJECT, stdin=subprocess.DEVNULL).returncode
-    return {0: 0, 1: 2}.get(rc, 1 if rc in (4, 5) else 3)
-

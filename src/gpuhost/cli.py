@@ -209,7 +209,8 @@ def connection_args(args: argparse.Namespace) -> list[str]:
 
 
 def run_app(args: argparse.Namespace) -> int:
-    from .app import App, Options, parse_controls, parse_limit
+    from .app import App
+    from .options import Options, parse_controls, parse_limit
 
     opts = Options(inventory=args.inventory, limit=parse_limit(args.limit), controls=parse_controls(args.controls),
                    json=args.json, junit=args.junit, html=args.html, diff=args.diff,
@@ -226,7 +227,7 @@ def run_app(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .app import BadInput
+    from .options import BadInput
 
     try:
         args = build_parser().parse_args(argv)
@@ -262,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{c.id:<24} {c.title}")
             return EXIT_OK
         if args.command == "verify":
-            from .app import parse_limit, run_verify
+            from .options import parse_limit
+            from .verify import run_verify
 
             return run_verify(args.inventory, parse_limit(args.limit), args.junit)
         raise UsageError(f"gpuhost: unknown command {args.command}")

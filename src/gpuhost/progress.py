@@ -1,0 +1,78 @@
+"""Progress while a play runs: a live line per host on a terminal, a line per event in a log."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from . import report as rep
+from .runner import CHECK_TASK, LOCK_TASK
+
+
+def shown(value) -> str:
+    """Text from a host or an inventory as the terminal shows it: control characters as \\xHH
+    (report.printable), rich's markup escaped (a file name `[tuned]`, a message with `[/x]`)."""
+    return escape(rep.printable(str(value)))
+
+
+class Progress:
+    """Per-host progress from runner events, cheap in the event handler.
+
+    On a terminal: a live table of each host's current task. Elsewhere (a CI log): one
+    line per host when it is done, and one for each change, failure or unreachable host,
+    so a long fleet run shows it is moving without flooding the log.
+    """
+
+    REPORT_TASK = "Report the findings"
+
+    def __init__(self, console: Console, title: str, done_task: str = REPORT_TASK):
+        self.console = console
+        self.title = title
+        self.done_task = done_task          # the task whose result is a host's report
+        self.hosts: dict[str, str] = {}
+        self.live: Live | None = None
+
+    def __enter__(self):
+        if self.console.is_terminal:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=6, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def _render(self) -> Table:
+        t = Table.grid(padding=(0, 2))
+        t.add_row(f"[bold]{self.title}[/]")
+        for host, task in self.hosts.items():
+            t.add_row(f"  {shown(host)}", f"[dim]{task}[/]")
+        return t
+
+    def event(self, ev: dict) -> None:
+        data = ev.get("event_data") or {}
+        host, kind, task = data.get("host"), ev.get("event"), data.get("task", "")
+        if not host or task == CHECK_TASK:      # bad input is said once, in its own one line
+            return
+        line = None
+        task = shown(task)          # its name holds inventory values ({{ gpuhost_control }})
+        if kind == "runner_on_start":
+            self.hosts[host] = task
+            if task == LOCK_TASK:
+                line = "waiting for another run's lock (hosts are taken in name order)"
+        elif kind == "runner_on_unreachable":
+            self.hosts[host] = "[red]unreachable[/]"
+            line = self.hosts[host]
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            self.hosts[host] = f"[red]failed: {task}[/]"
+            line = self.hosts[host]
+        elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+            line = f"changed: {task}"
+        elif kind == "runner_on_ok" and (task == self.done_task or (data.get("res") or {}).get("ansible_stats")):
+            self.hosts[host] = "done"
+            line = "done"
+        if self.live:
+            self.live.update(self._render())
+        elif line:
+            self.console.print(f"[dim]{self.title}:[/] {shown(host)}: {line}", highlight=False)
