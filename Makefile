@@ -51,7 +51,8 @@ audit: install
 	$(BIN)/gpuhost audit || [ $$? -eq 2 ]
 
 test: system-deps install
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	@# worksteal: a worker that runs out takes the other's queued tests, so the long lab cycles never end on one
+	$(BIN)/python -m pytest -n 2 --dist worksteal $(PYTEST_ARGS)
 
 lab-demo: install
 	$(BIN)/gpuhost lab up ../shared/hosts/pve-gpu1.yml ../shared/hosts/llm-two.yml --dir .lab

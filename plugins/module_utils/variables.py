@@ -17,7 +17,7 @@ BAD_INPUT_MARK = "gpuhost bad input: "
 
 # Every variable the controls and the framework declare (their Param): site.yml checks them
 # all here (one line, before any host is touched) and so turns the roles' own validation off.
-CHECKED_VARS = tuple(p.name for p in REGISTRY.params)
+CHECKED_VARS = tuple(p.name for p in REGISTRY.params if p.checked)
 
 
 # set by gpuhost itself or its lab, never a user's typo
@@ -75,7 +75,7 @@ def check_vars(host: str, hv: dict, registry=None) -> None:
     """Raise InventoryError for the first bad gpuhost variable of *host* (the variables
     *registry*'s controls declare; by default the shipped ones)."""
     registry = registry or REGISTRY
-    checked = tuple(p.name for p in registry.params)
+    checked = tuple(p.name for p in registry.params if p.checked)
     def bad(var: str, why: str) -> InventoryError:
         return InventoryError(f"host {host}: {var}: {why}")
 
@@ -89,7 +89,7 @@ def check_vars(host: str, hv: dict, registry=None) -> None:
         if var in hv and hv[var] is None:
             raise bad(var, "has no value (null): give one, or remove the line to keep the default")
     for p in registry.params:
-        if p.name in hv and p.name != "gpuhost_waivers":
+        if p.checked and p.name in hv and p.name != "gpuhost_waivers":
             why = param_problem(p, hv[p.name])
             if why:
                 raise bad(p.name, why)

@@ -128,6 +128,16 @@ def role_main(role: str, registry: Registry) -> str:
 def control_tasks(cid: str, registry: Registry) -> str:
     c = registry.by_id[cid]
     f = f"gpuhost_findings['{cid}']"
+    if not c.fixable:
+        # no fix: a person acts (or, for kernel.reboot_pending, the reboot the operator allows);
+        # the play says what the finding says, where it says it
+        return "\n".join([
+            "---", f"# {cid}: {c.title}.",
+            "# No fix: a person must act; the finding says what and where.", f"# {MARK}",
+            f"- name: Say what a person must do | {cid}", "  ansible.builtin.debug:",
+            f"    msg: \"{{{{ {f} | dict2items | selectattr('key', 'in', ['status', 'observed', 'expected', 'message'])"
+            " | items2dict }}\"",
+            "  when:", f"    - {f} is defined", f"    - {f}.status in ['manual', 'pending_reboot']"]) + "\n"
     out = ["---", f"# {cid}: {c.title}.",
            f"# The judgement (plugins/module_utils/controls/{module_name(cid)}.py) says what to change; the common",
            "# fix tasks change it.", f"# {MARK}",

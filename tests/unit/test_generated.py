@@ -117,3 +117,15 @@ def test_the_cli_lists_the_declarations():
     with contextlib.redirect_stdout(out):
         assert main(["controls", "--json"]) == 0
     assert [c["id"] for c in json.loads(out.getvalue())] == [c.id for c in controls.CATALOG]
+
+
+def test_a_control_without_a_fix_has_the_play_say_what_a_person_must_do():
+    """Review of issue 16: the generated task file of a control with no fix (pcie.link,
+    nvidia.driver, kernel.reboot_pending) says its manual or pending_reboot finding."""
+    for c in controls.CATALOG:
+        tasks = yaml.safe_load((ROOT / f"roles/{c.role}/tasks/{generate.module_name(c.id)}.yml").read_text())
+        if c.fixable:
+            assert tasks[0]["name"] == f"Fix | {c.id}", c.id
+        else:
+            assert [t["name"] for t in tasks] == [f"Say what a person must do | {c.id}"], c.id
+            assert tasks[0]["when"][-1] == f"gpuhost_findings['{c.id}'].status in ['manual', 'pending_reboot']"

@@ -65,13 +65,14 @@ class KernelSeries:
     packages: tuple
     flavor: str | None
     running: str
+    headers: bool                   # the packages include the series' headers (dkms builds the driver)
     check_nvidia_module: bool
     pin: KernelPin | None = None
     unpin: bool = False
     default_release: str | None = None
 
     def put(self, fix: dict) -> None:
-        fix.update({"series": self.series, "flavor": self.flavor, "running": self.running,
+        fix.update({"series": self.series, "headers": self.headers, "flavor": self.flavor, "running": self.running,
                     "check_nvidia_module": self.check_nvidia_module,
                     "pin": self.pin.as_data() if self.pin else None, "unpin": self.unpin,
                     "packages": list(self.packages)})
@@ -113,6 +114,8 @@ class FileEdit:
                                             "expect_sha256": self.expect_sha256})
 
     def plan(self) -> list[str]:
+        if self.expect_sha256 == "absent":      # a new file in /etc that shadows a vendor one
+            return [f"write {self.path}"]
         return [f"edit {self.path} (a copy in /var/backups/gpuhost)"]
 
 
@@ -231,10 +234,14 @@ KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEd
 RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence)
 # every key a fix may hold, and the kind that owns it
 KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
-        "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
+        "headers": KernelSeries, "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
         "unpin": KernelSeries, "packages": KernelSeries, "default_release": KernelSeries, "file": FileContent,
         "files": FileEdit, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair, "unit": BootUnit,
         "remove_unit": UnitRemoval, "enable": UnitEnable, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
+
+# keys the fix tasks do not act on: kept for a playbook that reads the finding (the kernel
+# series' packages already name its headers)
+INFORMATIONAL = ("headers",)
 
 
 def fix_of(*kinds) -> dict:
@@ -264,7 +271,7 @@ def kinds_of(fix: dict) -> list:
         out.append(CmdlineRemove(tuple(fix["cmdline_remove"])))
     if "series" in fix:
         out.append(KernelSeries(fix["series"], tuple(fix.get("packages") or ()), fix.get("flavor"), fix.get("running"),
-                                bool(fix.get("check_nvidia_module")), _pin(fix.get("pin")),
+                                bool(fix.get("headers")), bool(fix.get("check_nvidia_module")), _pin(fix.get("pin")),
                                 bool(fix.get("unpin")), fix.get("default_release")))
     elif fix.get("pin"):
         out.append(_pin(fix["pin"]))

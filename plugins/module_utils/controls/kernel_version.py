@@ -101,7 +101,7 @@ def judge(h: Host) -> Finding:
                        f"gpuhost knows no kernel metapackage for {running} on this distribution: install a {minimum} "
                        "kernel series of the same flavour")
     packages, release = chosen
-    fix = fix_of(KernelSeries(minimum, tuple(packages), flavor, running, drives_gpus_now(h), pin, unpin, release))
+    fix = fix_of(KernelSeries(minimum, tuple(packages), flavor, running, headers, drives_gpus_now(h), pin, unpin, release))
     msg = f"kernel {running} is older than {minimum}; install " + " ".join(packages)
     if headers:
         msg += " (with headers: the NVIDIA driver is built by dkms)"

@@ -30,6 +30,7 @@ class Param:
     what: str | None = None          # what a good value is, for the one-line error ("a kernel version like ...")
     choices: tuple[str, ...] = ()    # what each element must be (control IDs: filled in by the registry)
     roles: tuple[str, ...] = ()      # control roles that take it besides its control's own ("*": every one)
+    checked: bool = True             # the inventory check reads it (False: gpuhost itself sets it)
 
 
 @dataclass(frozen=True)

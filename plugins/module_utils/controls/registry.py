@@ -40,7 +40,7 @@ GENERAL_PARAMS = (
           elements="str", roles=("*",)),
     Param("gpuhost_apply", "bool", True, None,
           "Run the fixes (in check mode they report what they would change, with --diff how); false: judge only, one "
-          "task per host.", roles=("*",)),
+          "task per host.", roles=("*",), checked=False),
 )
 CONTROL_ID_LISTS = ("gpuhost_controls_skip", "gpuhost_controls")
 
