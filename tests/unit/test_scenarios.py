@@ -12,11 +12,8 @@ from typing import Callable
 import scenarios
 
 BASE = scenarios.BASE_HOST
-GPU = BASE["pci"][1]
 CT_MOUNTS = BASE["lxc"][0]["config"]
-UNIT = BASE["files"]["/lib/systemd/system/nvidia-persistenced.service"]
 INTEL = scenarios.FRAGMENTS["intel"]
-INTEL_IDLE = scenarios.FRAGMENTS["intel_idle"]
 ROOT_ARGS = "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet"
 
 
@@ -24,25 +21,11 @@ def ct(config: str) -> dict:
     return {"lxc": [{"vmid": 129, "config": config}]}
 
 
-def cmdline(line: str) -> dict:
-    return {"boot": {"cmdline": line}}
-
-
 def write(path: str, text: str) -> Callable[[Path], None]:
     def apply(root: Path) -> None:
         target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    return apply
-
-
-def mask(unit: str) -> Callable[[Path], None]:
-    def apply(root: Path) -> None:
-        target = root / "etc/systemd/system" / unit
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists() or target.is_symlink():
-            target.unlink()
-        target.symlink_to("/dev/null")
     return apply
 
 
