@@ -129,3 +129,15 @@ def test_a_control_without_a_fix_has_the_play_say_what_a_person_must_do():
         else:
             assert [t["name"] for t in tasks] == [f"Say what a person must do | {c.id}"], c.id
             assert tasks[0]["when"][-1] == f"gpuhost_findings['{c.id}'].status in ['manual', 'pending_reboot']"
+
+
+def test_a_fix_with_a_key_no_kind_owns_is_an_error():
+    """The judgement's fix is read through the closed set of kinds: a key none owns never
+    reaches the roles."""
+    demo = throwaway()
+    odd = types.SimpleNamespace(CONTROL=demo.CONTROL, judge=lambda h: controls.Finding(
+        "demo.sample", "drift", "1", "3", "odd", fix={"reboot_now": True}))
+    registry = controls.DEFAULT_REGISTRY.with_control(odd)
+    finding = controls.evaluate({"sysctl": {}, "units": {}}, {"controls": ["demo.sample"]}, registry)["demo.sample"]
+    assert finding["status"] == "error" and "a fix key no kind owns: reboot_now" in finding["message"]
+    assert finding["fix"] == {}

@@ -46,12 +46,13 @@ def plain(value):
 
 
 def fix_units(fix: dict) -> set[str]:
-    """The systemd units a fix installs, enables or removes."""
-    names = set(fix.get("enable") or [])
-    if (fix.get("unit") or {}).get("name"):
-        names.add(fix["unit"]["name"])
-    if fix.get("remove_unit"):
-        names.add(fix["remove_unit"])
+    """The systemd units a fix installs, enables or removes, read through its kinds."""
+    names: set[str] = set()
+    for kind in fixes.kinds_of(fix):
+        if isinstance(kind, (fixes.BootUnit, fixes.UnitRemoval)):
+            names.add(kind.name)
+        elif isinstance(kind, fixes.UnitEnable):
+            names.update(kind.names)
     return names
 
 
@@ -59,9 +60,10 @@ def judge_one(control: Control, judge, h: Host) -> Finding:
     """One control's finding; a judgement that cannot be made is an error, never a guess."""
     try:
         finding = judge(h)
+        units = fix_units(finding.fix or {})      # a fix key no kind owns is an error too
     except Exception as exc:
         return error(control.id, f"{type(exc).__name__}: {exc}")
-    undeclared = sorted(fix_units(finding.fix or {}) - set(control.units))
+    undeclared = sorted(units - set(control.units))
     if undeclared:
         # the probe reads back only declared units: one it never read would drift for ever
         return error(control.id, f"its fix touches {', '.join(undeclared)}, which {control.id} does not declare "
