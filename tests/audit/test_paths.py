@@ -106,20 +106,6 @@ def test_a_waivers_reason_is_shown_as_written_and_its_date_is_utc(seed_lab):
     assert "waived until 2099-01-01: {{ 7*7 }} days until the kernel update" in findings["numa.balancing"]["message"]
 
 
-def test_switch_ports_acs_redirect_is_cleared_and_stays_cleared(make_lab):
-    lab = make_lab(SPECS / "switch-host.yml")
-    audit = gpuhost("audit", "-i", str(lab.inventory), "--controls", "pcie.acs,pcie.mrrs,pcie.link,iommu.mode")
-    assert audit.status("switch-host") == {"pcie.acs": "drift", "pcie.mrrs": "pass", "pcie.link": "pass", "iommu.mode": "pass"}
-    assert audit.finding("switch-host", "pcie.acs")["observed"] == "0000:02:00.0 ReqRedir+CmpltRedir; 0000:02:01.0 ReqRedir+CmpltRedir"
-    fix = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "pcie.acs")
-    assert fix.rc == 0 and fix.changed("switch-host") == {"pcie.acs"}
-    assert lab.out("switch-host", "setpci -s 02:00.0 ECAP_ACS+6.w; setpci -s 02:01.0 ECAP_ACS+6.w").split() == ["0011", "0011"]
-    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "pcie.acs")
-    assert again.rc == 0 and again.changed("switch-host") == set()
-    lab.reboot("switch-host")
-    assert gpuhost("audit", "-i", str(lab.inventory), "--controls", "pcie.acs").status("switch-host") == {"pcie.acs": "pass"}
-
-
 def test_acs_is_na_where_devices_go_to_vms(make_lab, tmp_path):
     spec = spec_variant(tmp_path, SPECS / "switch-host.yml", "vfio.yml",
                         lambda d: d["pci"][5].__setitem__("driver", "vfio-pci"))
