@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuhost import COLLECTION  # noqa: F401  (the collection gpuhost.stack, for the tests)
 from gpuhost.lab import manager
 from gpuhost.lab.layout import LabLayout
 

@@ -15,7 +15,7 @@ from typing import Callable
 
 import yaml
 
-from gpuhost import controls
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls
 from gpuhost.lab import provision
 from gpuhost.lab.kernel import boot_state
 from gpuhost.lab.machine import Machine

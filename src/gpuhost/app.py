@@ -16,7 +16,7 @@ from . import report as rep
 from .inventory import InventoryError, load_and_check
 from .plan import changes as plan_changes
 from .runner import AUDIT_TASK, LOCAL_INVENTORY, PlaybookRun, RunResult
-from .runs import end as end_run, register as register_run
+from ansible_collections.gpuhost.stack.plugins.module_utils.runs import end as end_run, register as register_run
 from .options import BadInput, Options, parse_controls, parse_limit
 from .progress import Progress, shown
 from .verify import run_verify

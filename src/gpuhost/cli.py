@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("audit", "fix"):
             return run_app(args)
         if args.command == "controls":
-            from . import controls, generate
+            from . import generate
+            from ansible_collections.gpuhost.stack.plugins.module_utils import controls
             registry = controls.DEFAULT_REGISTRY
             if args.variables:
                 roles = sorted({c.role for c in registry.catalog})

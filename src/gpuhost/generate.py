@@ -3,7 +3,8 @@
 The controls' modules (plugins/module_utils/controls/<id>.py) are the one source of a
 control's catalog entry, parameters, watched sysctls and units, and role. From them come:
 the probe's watch lists, every role's task files, defaults, argument specs and README,
-the play's list of roles, docs/controls.md and the README's control table. `artefacts()`
+the play's list of roles, docs/controls.md and the control tables of the collection's README
+and (in a checkout) the project's. `artefacts()`
 says what each file must hold; `make generate` (or `python -m gpuhost.generate`)
 writes them, `--check` lists what is stale; tests/unit/test_generated.py fails while
 anything is.
@@ -16,11 +17,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .controls import DEFAULT_REGISTRY, Registry
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import DEFAULT_REGISTRY, Registry
 
 MARK = "Made by make generate from the controls' declarations; a test fails while it is stale."
 README_BEGIN = "<!-- controls table: made by make generate -->"
 README_END = "<!-- end of the controls table -->"
+# from the collection's root: the project's own README, in a checkout (a wheel has none)
+PROJECT_README = "../../../README.md"
 VARIABLES_BEGIN = "<!-- variables: made by make generate -->"
 VARIABLES_END = "<!-- end of the variables -->"
 
@@ -251,9 +254,12 @@ def artefacts(root: Path, registry: Registry | None = None) -> dict[str, str]:
         for c in registry.catalog:
             if c.role == role:
                 out[f"roles/{role}/tasks/{module_name(c.id)}.yml"] = control_tasks(c.id, registry)
-    for rel, begin, end, body in (
-            ("README.md", README_BEGIN, README_END, readme_controls(registry)),
-            ("roles/common/README.md", VARIABLES_BEGIN, VARIABLES_END, variables_table(registry.params))):
+    tables = [("README.md", README_BEGIN, README_END, readme_controls(registry)),
+              ("roles/common/README.md", VARIABLES_BEGIN, VARIABLES_END, variables_table(registry.params))]
+    if (root / PROJECT_README).is_file() and (root / "../../../pyproject.toml").is_file():
+        # a checkout: the project's README, which holds the collection at ansible_collections/gpuhost/stack
+        tables.append((PROJECT_README, README_BEGIN, README_END, readme_controls(registry)))
+    for rel, begin, end, body in tables:
         path = root / rel
         out[rel] = _between(path.read_text(), begin, end, body, rel)
     return out

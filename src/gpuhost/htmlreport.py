@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from . import report as rep
-from .controls import CATALOG, STATUSES
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG, STATUSES
 
 COUNTED = ("pass", "drift", "manual", "pending_reboot", "error", "na", "waived")
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from .controls import FAILING
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import FAILING
 
 
 def detail(f: dict) -> str:

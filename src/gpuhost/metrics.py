@@ -12,7 +12,7 @@ import datetime as _dt
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-from .controls import STATUSES
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import STATUSES
 
 
 def _seconds(stamp: str) -> float:

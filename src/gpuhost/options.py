@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .controls import BY_ID
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
 
 
 class BadInput(ValueError):

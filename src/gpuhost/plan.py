@@ -4,7 +4,7 @@ packages, kernel parameters, and whether it waits for a boot. `gpuhost fix` prin
 its plan before it asks; a fix key no kind owns is an error, never a change left unsaid."""
 from __future__ import annotations
 
-from .controls import fixes
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes
 
 
 def changes(finding: dict) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from .controls import BY_ID, CATALOG, FAILING, STATUSES
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID, CATALOG, FAILING, STATUSES
 
 SCHEMA = "gpuhost.report/v1"
 # worst first: what needs a person (error, manual) before what gpuhost fixes (drift)

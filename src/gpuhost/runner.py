@@ -20,8 +20,8 @@ from typing import Callable
 
 import ansible_runner
 
-from .controls import BY_ID
-from .failure import describe
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
+from ansible_collections.gpuhost.stack.plugins.module_utils.failure import describe
 from .inventory import BAD_INPUT_MARK
 
 from . import COLLECTION, COLLECTIONS

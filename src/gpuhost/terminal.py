@@ -12,7 +12,7 @@ import textwrap
 from rich.text import Text
 
 from . import report as rep
-from .controls import CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 from .report import SEVERITY, host_failed
 
 STYLES = {"pass": "green", "drift": "yellow", "manual": "magenta", "pending_reboot": "cyan",

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, gpuhost
+from conftest import COLLECTION, gpuhost
 
 PROJECT_CFG = """[defaults]
 # an audit leaves nothing on the host's disk: module files go to tmpfs
@@ -23,7 +23,7 @@ pipelining = True
 
 def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(seed_lab, tmp_path):
     bindir = Path(sys.executable).parent
-    built = subprocess.run([str(bindir / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
+    built = subprocess.run([str(bindir / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(COLLECTION)],
                            capture_output=True, text=True, timeout=300,
                            stdin=subprocess.DEVNULL)
     assert built.returncode == 0, built.stderr

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import COLLECTION, ROOT
 from test_seed import SEED_EXPECTED
 
 
@@ -19,9 +19,9 @@ def changed_controls(output: str, host: str) -> set[str]:
 
 
 def playbook(lab, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(COLLECTION / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory),
-                           "--limit", "pve-gpu1", str(ROOT / "playbooks/site.yml"), *args],
+                           "--limit", "pve-gpu1", str(COLLECTION / "playbooks/site.yml"), *args],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
 
 
@@ -43,7 +43,7 @@ def test_check_mode_reports_every_drifted_control_as_a_change_and_writes_nothing
 def test_list_tags_lists_every_control_and_a_tag_runs_that_control_alone(make_lab):
     from conftest import SEED_HOST
 
-    from gpuhost.controls import CATALOG
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
     listed = playbook_at(None, "--list-tags")
     assert listed.returncode == 0, listed.stderr
@@ -61,8 +61,8 @@ def test_list_tags_lists_every_control_and_a_tag_runs_that_control_alone(make_la
 
 
 def playbook_at(lab, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(COLLECTION / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     inv = ["-i", str(lab.inventory)] if lab else ["-i", "localhost,"]
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), *inv,
-                           str(ROOT / "playbooks/site.yml"), *args],
+                           str(COLLECTION / "playbooks/site.yml"), *args],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import SEED_GUEST, SEED_HOST, SPECS, gpuhost, inventory_with
-from gpuhost.controls import CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
 ALL = {c.id for c in CATALOG}
 
@@ -480,7 +480,7 @@ def test_a_playbook_that_skips_the_inventory_check_still_runs_no_inventory_value
     import subprocess
     import sys
 
-    from conftest import ROOT, SEED_HOST
+    from conftest import COLLECTION, ROOT, SEED_HOST
 
     lab = make_lab(SEED_HOST)
     disk = lab.disk("pve-gpu1")
@@ -488,7 +488,7 @@ def test_a_playbook_that_skips_the_inventory_check_still_runs_no_inventory_value
     play.write_text("- hosts: pve-gpu1\n  gather_facts: false\n  vars: {gpuhost_apply: true}\n"
                     "  roles: [gpuhost.stack.common, gpuhost.stack.kernel]\n")
     hostile = "6.14'; touch /root/pwned; echo '$(touch /root/pwned2)"
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(COLLECTION / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True")
     res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), str(play),
                           "-e", json.dumps({"gpuhost_kernel_min_version": hostile})],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
@@ -620,7 +620,7 @@ def test_a_container_config_is_repaired_from_what_it_holds_under_proxmoxs_lock(m
     import sys
     from pathlib import Path
 
-    from conftest import ROOT
+    from conftest import COLLECTION, ROOT
 
     lab = make_lab(SEED_HOST)
     conf = "/etc/pve/lxc/129.conf"
@@ -632,7 +632,7 @@ def test_a_container_config_is_repaired_from_what_it_holds_under_proxmoxs_lock(m
         "        dev_nodes: []\n")
 
     def run():
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        env = dict(os.environ, ANSIBLE_CONFIG=str(COLLECTION / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
         return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), str(play)],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 

@@ -5,7 +5,7 @@ change; no container gains a GPU."""
 from __future__ import annotations
 
 from conftest import SPECS, gpuhost, inventory_with
-from gpuhost import lxcconf
+from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
 
 
 def boot_id(lab, host: str) -> str:

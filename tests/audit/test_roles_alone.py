@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SEED_HOST
+from conftest import COLLECTION, SEED_HOST
 
 
 def run_role(lab, tmp_path, role: str, *args: str) -> subprocess.CompletedProcess:
     play = tmp_path / f"{role}.yml"
     play.write_text(f"---\n- name: Use one gpuhost role\n  hosts: pve-gpu1\n  gather_facts: false\n"
                     f"  roles:\n    - gpuhost.stack.{role}\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(COLLECTION / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), str(play),
                            *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)

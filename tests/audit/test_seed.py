@@ -6,7 +6,7 @@ from xml.etree import ElementTree as ET
 
 
 from conftest import gpuhost
-from gpuhost.controls import CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
 SEED_EXPECTED = {
     "cpu.driver": "drift", "cpu.governor": "pass", "cpu.cstates": "drift", "numa.balancing": "drift",

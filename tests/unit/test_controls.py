@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import scenarios
-from gpuhost import controls
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls
 
 SCENARIOS = scenarios.control_scenarios()
 IDS = [f"{cid}/{name}" for cid, name, _ in SCENARIOS]
@@ -95,8 +95,8 @@ def test_every_fix_is_made_of_kinds_the_roles_apply_and_the_plan_names(rendered)
     the kinds' keys (no key the plan would not name, no kind the roles would not apply)."""
     import re
 
-    from conftest import ROOT
-    from gpuhost.controls import fixes
+    from conftest import COLLECTION
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes
 
     seen_kinds: set = set()
     for cid, name, sc in SCENARIOS:
@@ -109,7 +109,7 @@ def test_every_fix_is_made_of_kinds_the_roles_apply_and_the_plan_names(rendered)
         seen_kinds |= {type(k) for k in kinds}
     # the scenarios reach every kind
     assert set(fixes.KINDS) - seen_kinds <= set(), sorted(k.__name__ for k in set(fixes.KINDS) - seen_kinds)
-    read = set(re.findall(r"__fix\.([a-z_]+)", (ROOT / "roles/common/tasks/fix.yml").read_text()))
+    read = set(re.findall(r"__fix\.([a-z_]+)", (COLLECTION / "roles/common/tasks/fix.yml").read_text()))
     acted_on = set(fixes.KEYS) - set(fixes.INFORMATIONAL)
     assert read == acted_on, (sorted(read - acted_on), sorted(acted_on - read))
     with pytest.raises(ValueError, match="a fix key no kind owns: reboot_now"):

@@ -1,5 +1,5 @@
 """The one line a failed fix step leaves in the report: command, exit status, its own words."""
-from gpuhost.failure import describe
+from ansible_collections.gpuhost.stack.plugins.module_utils.failure import describe
 
 
 def test_a_failed_command_names_itself_its_status_and_its_last_stderr_line():

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
-from gpuhost import controls, generate, plan
+from conftest import COLLECTION
+from gpuhost import generate, plan
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls
 from gpuhost.inventory import InventoryError, check_vars
 
 FIXTURE = Path(__file__).parent / "fixtures" / "throwaway_control.py"
@@ -28,7 +29,7 @@ def throwaway() -> types.ModuleType:
 
 
 def test_every_made_file_is_what_the_declarations_make():
-    assert generate.stale(ROOT) == [], "stale: run `make generate`"
+    assert generate.stale(COLLECTION) == [], "stale: run `make generate`"
 
 
 def test_a_changed_declaration_makes_its_files_stale():
@@ -39,7 +40,7 @@ def test_a_changed_declaration_makes_its_files_stale():
     changed = types.SimpleNamespace(CONTROL=dataclasses.replace(mod.CONTROL, title="Something else", params=(param,)),
                                     judge=mod.judge)
     modules = tuple(changed if m is mod else m for m in controls.DEFAULT_REGISTRY.modules)
-    out = generate.stale(ROOT, controls.Registry(modules))
+    out = generate.stale(COLLECTION, controls.Registry(modules))
     for rel in ("docs/controls.md", "roles/cpu/README.md", "roles/cpu/tasks/cpu_cstates.yml",
                 "roles/common/defaults/main.yml", "roles/common/meta/argument_specs.yml",
                 "roles/cpu/meta/argument_specs.yml", "roles/common/README.md"):
@@ -51,7 +52,7 @@ def test_a_control_registered_from_one_module_is_everywhere():
     demo = throwaway()
     registry = controls.DEFAULT_REGISTRY.with_control(demo, "the demo controls")
     assert registry.catalog[-1].id == "demo.sample" and registry.by_id["demo.sample"].role == "demo"
-    made = generate.artefacts(ROOT, registry)
+    made = generate.artefacts(COLLECTION, registry)
     # the probe's watch lists
     watch: dict = {}
     exec(made["plugins/module_utils/watchlist.py"], watch)
@@ -123,7 +124,7 @@ def test_a_control_without_a_fix_has_the_play_say_what_a_person_must_do():
     """Review of issue 16: the generated task file of a control with no fix (pcie.link,
     nvidia.driver, kernel.reboot_pending) says its manual or pending_reboot finding."""
     for c in controls.CATALOG:
-        tasks = yaml.safe_load((ROOT / f"roles/{c.role}/tasks/{generate.module_name(c.id)}.yml").read_text())
+        tasks = yaml.safe_load((COLLECTION / f"roles/{c.role}/tasks/{generate.module_name(c.id)}.yml").read_text())
         if c.fixable:
             assert tasks[0]["name"] == f"Fix | {c.id}", c.id
         else:

@@ -12,7 +12,7 @@ import browser
 import fleet
 from gpuhost import htmlreport
 from gpuhost import report as rep
-from gpuhost.controls import CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
 
 @pytest.mark.parametrize("n", [2, 200])

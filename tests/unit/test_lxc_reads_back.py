@@ -1,7 +1,7 @@
 """A repaired container config is checked as pve-container reads it before it is written."""
 from pathlib import Path
 
-from gpuhost import lxcconf
+from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
 
 REAL = Path(__file__).resolve().parents[1] / "real_data/lxc/ollama-220.conf"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import scenarios
 from test_scenarios import BASE, CT_MOUNTS, INTEL, ROOT_ARGS, _render, ct, write
 
-from gpuhost import controls
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls
 
 RUNNING, BPO = "6.8.12-4-pve", "6.14.8-2-bpo12-pve"
 PVE8_68 = {"kernel": {"installed": [RUNNING]}}

@@ -14,7 +14,7 @@ import pytest
 
 import scenarios
 from conftest import SEED_HOST
-from gpuhost import controls
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls
 from ansible_collections.gpuhost.stack.plugins.modules import runtime
 
 HOSTILE = ["$(touch {m})", "`touch {m}`", "x;touch {m}", "x&&touch {m}", "x|touch {m}", "x\ntouch {m}",
@@ -100,11 +100,9 @@ def test_no_task_hands_a_string_to_a_shell():
     """Replaces a check that could not fail (no fix ever had a "commands" key): every task of
     the roles and playbooks runs a command as argv, and none uses shell, raw or script, so no
     value (a host's, an inventory's) is ever parsed by a shell on a host."""
-    from pathlib import Path
-
     import yaml
 
-    root = Path(__file__).resolve().parents[2]
+    from gpuhost import COLLECTION as root
     shells = {"shell", "ansible.builtin.shell", "raw", "ansible.builtin.raw", "script", "ansible.builtin.script"}
     commands = {"command", "ansible.builtin.command"}
 

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, SEED_HOST, SPECS
+from conftest import COLLECTION, SEED_HOST, SPECS
 import scenarios
-from gpuhost import controls, lxcconf
-from gpuhost.controls import CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls, lxcconf
 from gpuhost.lab import configspace
 from gpuhost.lab.machine import Machine
 from gpuhost.lab.spec import load_spec
@@ -117,7 +116,7 @@ def test_the_inventory_check_covers_every_variable_the_role_declares():
     covers the same variables; this keeps the two lists the same."""
     from gpuhost.inventory import CHECKED_VARS
 
-    specs = yaml.safe_load((ROOT / "roles/common/meta/argument_specs.yml").read_text())
+    specs = yaml.safe_load((COLLECTION / "roles/common/meta/argument_specs.yml").read_text())
     declared = set(specs["argument_specs"]["main"]["options"])
     # gpuhost_apply is documented but set by gpuhost itself (the CLI's audit, audit.yml)
     assert declared == set(CHECKED_VARS) | {"gpuhost_apply"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import scenarios
-from gpuhost import controls, lxcconf
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls, lxcconf
 
 DATA = Path(__file__).resolve().parents[1] / "real_data"
 probe = scenarios.probe

@@ -10,7 +10,7 @@ from pathlib import Path
 import scenarios
 from test_scenarios import BASE, _render
 
-from gpuhost import controls, lxcconf
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls, lxcconf
 from gpuhost.lab.shims import shimlib
 from ansible_collections.gpuhost.stack.plugins.module_utils import probe  # noqa: E402
 

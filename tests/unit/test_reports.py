@@ -20,7 +20,7 @@ from rich.console import Console
 import fleet
 from gpuhost import __version__, junit, metrics, terminal
 from gpuhost import report as rep
-from gpuhost.controls import CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
 ROOT = Path(__file__).resolve().parents[2]
 XSD = ROOT / "tests/real_data/junit/junit-10.xsd"

@@ -12,7 +12,7 @@ from rich.console import Console
 import fleet
 from gpuhost import report as rep
 from gpuhost import terminal
-from gpuhost.controls import CATALOG
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
 IDS = {c.id for c in CATALOG}
 

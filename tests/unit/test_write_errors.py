@@ -59,13 +59,13 @@ def run_module(name: str, args: dict) -> dict:
     import json
     import sys
     import tempfile
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    from gpuhost import COLLECTION, COLLECTIONS
+
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
-    env = dict(os.environ, PYTHONPATH=str(root / "src/gpuhost/_collections"))
-    res = subprocess.run([sys.executable, str(root / f"plugins/modules/{name}.py"), f.name],
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+    res = subprocess.run([sys.executable, str(COLLECTION / f"plugins/modules/{name}.py"), f.name],
                          capture_output=True, text=True, env=env, timeout=60)
     os.unlink(f.name)
     return json.loads(res.stdout)
@@ -75,7 +75,7 @@ def test_a_sysctl_file_that_changed_since_the_audit_is_not_written_over(tmp_path
     """Issue 19: numa.balancing's edit of another sysctl file was computed from the audit's read
     and written later: a line added meanwhile was lost. The write now refuses a file that
     changed, and writes one that did not."""
-    from gpuhost.controls import content_sha256
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import content_sha256
 
     conf = tmp_path / "sysctl.conf"
     read = "kernel.numa_balancing = 1\n"
