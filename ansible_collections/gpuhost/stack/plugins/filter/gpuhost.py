@@ -1,5 +1,5 @@
-"""gpuhost.stack's filters: the inventory check, and the lines a failed or interrupted fix
-leaves (the judgement itself is the action gpuhost.stack.audit).
+"""gpuhost.stack's filters: the inventory check, the steps of a fix, and the lines a failed or
+interrupted fix leaves (the judgement itself is the action gpuhost.stack.audit).
 
 The logic is the collection's module_utils, which the gpuhost CLI imports too: the CLI,
 the roles and the tests judge a host the same way, and a controller with only
@@ -10,6 +10,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import plain
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import steps
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
     BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, render_waivers)
 
@@ -66,7 +67,16 @@ def gpuhost_stopped(path):
     return bool(path) and os.path.exists(str(path))
 
 
+def gpuhost_fix_steps(fix):
+    """The fix task files (roles/common/tasks/fix_<step>.yml) that apply a finding's fix, in
+    the order they run: the kinds the judgement built it from (controls/fixes.py)."""
+    try:
+        return steps(plain(fix or {}))
+    except ValueError as exc:       # a key no kind owns: the judgement already reports it
+        raise AnsibleFilterError(f"gpuhost: {exc}") from None
+
+
 class FilterModule:
     def filters(self):
         return {"check_inventory": gpuhost_check_inventory,
-                "stopped": gpuhost_stopped, "failure": gpuhost_failure}
+                "stopped": gpuhost_stopped, "failure": gpuhost_failure, "fix_steps": gpuhost_fix_steps}

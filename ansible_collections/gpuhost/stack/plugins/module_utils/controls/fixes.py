@@ -5,7 +5,8 @@ shows before it asks.
 A judgement builds its fix from kinds (``fix_of(CmdlineSet(...), BootUnit(...))``); the
 plan reads the same dict back into kinds (``kinds_of``), which refuses a key no kind owns,
 so the plan cannot leave a change out and the roles cannot be handed a change the plan does
-not name. roles/common/tasks/fix.yml reads exactly these keys (a test holds the two together).
+not name. Each kind's STEP is the task file of roles/common/tasks that applies it
+(fix_<step>.yml), which reads exactly that kind's keys (a test holds the two together).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class CmdlineSet:
     """Kernel parameters set on the next boot's command line (gpuhost.stack.cmdline)."""
+    STEP = "cmdline"
     params: dict
 
     def put(self, fix: dict) -> None:
@@ -28,6 +30,7 @@ class CmdlineSet:
 @dataclass(frozen=True)
 class CmdlineRemove:
     """Kernel parameters taken off the next boot's command line (gpuhost.stack.cmdline)."""
+    STEP = "cmdline"
     names: tuple
 
     def put(self, fix: dict) -> None:
@@ -41,6 +44,7 @@ class CmdlineRemove:
 class KernelPin:
     """Make *release* the kernel the boot loader starts (gpuhost.stack.kernel_boot):
     proxmox-boot-tool kernel pin, or GRUB_DEFAULT by entry id."""
+    STEP = "pin"
     release: str
     tool: str
     grub_default: str | None = None
@@ -61,6 +65,7 @@ class KernelPin:
 class KernelSeries:
     """Install a kernel series' metapackages (apt), then boot the new kernel only where the
     NVIDIA module was built for it (gpuhost.stack.kernel_boot); the running one stays."""
+    STEP = "series"
     series: str
     packages: tuple
     flavor: str | None
@@ -91,6 +96,7 @@ class KernelSeries:
 @dataclass(frozen=True)
 class FileContent:
     """A file gpuhost owns, written whole (gpuhost.stack.file; a backup of what was there)."""
+    STEP = "file"
     path: str
     content: str
 
@@ -105,6 +111,7 @@ class FileContent:
 class FileEdit:
     """Another's file edited (lines commented out), written only if it still holds what the
     judgement read (expect_sha256); a copy in /var/backups/gpuhost."""
+    STEP = "files"
     path: str
     content: str
     expect_sha256: str
@@ -123,6 +130,7 @@ class FileEdit:
 class LxcRepair:
     """Container configs repaired under Proxmox's config lock, from what they hold then
     (gpuhost.stack.lxc_config); *devices* and *dev_nodes* are what the repair may add."""
+    STEP = "lxc"
     configs: tuple              # ({"path", "vmid", "preview"}, ...)
     devices: dict
     dev_nodes: list | None
@@ -139,6 +147,7 @@ class LxcRepair:
 class BootUnit:
     """A oneshot unit of gpuhost's that re-applies runtime writes at every boot, installed
     and enabled (gpuhost.stack.file); *content* is what systemd reads."""
+    STEP = "unit"
     name: str
     content: str
 
@@ -152,6 +161,7 @@ class BootUnit:
 @dataclass(frozen=True)
 class UnitRemoval:
     """A unit an older gpuhost installed, disabled and removed."""
+    STEP = "remove_unit"
     name: str
 
     def put(self, fix: dict) -> None:
@@ -164,6 +174,7 @@ class UnitRemoval:
 @dataclass(frozen=True)
 class UnitEnable:
     """A vendor's unit enabled as its [Install] section says; the unit stays as packaged."""
+    STEP = "enable"
     names: tuple
 
     def put(self, fix: dict) -> None:
@@ -176,6 +187,7 @@ class UnitEnable:
 @dataclass(frozen=True)
 class DaemonReload:
     """systemd reads its units again after a drop-in changed."""
+    STEP = "daemon_reload"
 
     def put(self, fix: dict) -> None:
         fix["daemon_reload"] = True
@@ -187,6 +199,7 @@ class DaemonReload:
 @dataclass(frozen=True)
 class RuntimeWrite:
     """A value written now to a sysfs or procfs file (or each file a glob matches)."""
+    STEP = "runtime"
     value: str
     path: str | None = None
     glob: str | None = None
@@ -210,6 +223,7 @@ class RuntimeWrite:
 class PciRegister:
     """Bits *mask* of a PCI register set to *value* now, on the function at *bdf* only while
     it still has this vendor:device (gpuhost.stack.runtime, setpci)."""
+    STEP = "runtime"
     bdf: str
     device: str                     # vendor:device, hex
     register: str
@@ -224,6 +238,7 @@ class PciRegister:
 @dataclass(frozen=True)
 class Persistence:
     """Persistence mode on for every GPU now (nvidia-smi -pm 1)."""
+    STEP = "runtime"
 
     def put(self, fix: dict) -> None:
         fix.setdefault("runtime", []).append({"persistence": True})
@@ -238,6 +253,11 @@ KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": Kerne
         "unpin": KernelSeries, "packages": KernelSeries, "default_release": KernelSeries, "file": FileContent,
         "files": FileEdit, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair, "unit": BootUnit,
         "remove_unit": UnitRemoval, "enable": UnitEnable, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
+
+# the common fix task files (roles/common/tasks/fix_<step>.yml) in the order a fix applies
+# them: the command line before the kernel it is for, packages before the module check,
+# files and units before systemd reads them again, the runtime writes last
+STEPS = ("cmdline", "pin", "series", "file", "files", "lxc", "unit", "remove_unit", "daemon_reload", "enable", "runtime")
 
 # keys the fix tasks do not act on: kept for a playbook that reads the finding (the kernel
 # series' packages already name its headers)
@@ -299,6 +319,13 @@ def kinds_of(fix: dict) -> list:
     return out
 
 
+def steps(fix: dict) -> list[str]:
+    """The fix task files that apply *fix*, in STEPS order: the roles include exactly these,
+    so a control's fix runs its own tasks and no skipped ones."""
+    have = {k.STEP for k in kinds_of(fix)}
+    return [s for s in STEPS if s in have]
+
+
 def runtime_plan(kinds: list) -> list[str]:
     """The runtime kinds' plan: the same write on many CPUs, policies or disks said once, with a count."""
     out: list[str] = []
@@ -329,4 +356,4 @@ def plan(fix: dict) -> list[str]:
     return out + runtime_plan([k for k in kinds if isinstance(k, RUNTIME_KINDS)])
 
 
-__all__ = [k.__name__ for k in KINDS] + ["fix_of", "kinds_of", "plan", "KEYS"]
+__all__ = [k.__name__ for k in KINDS] + ["fix_of", "kinds_of", "plan", "steps", "KEYS", "STEPS"]
