@@ -187,3 +187,34 @@ def test_a_vm_host_keeps_acs_and_loses_the_old_unit(make_lab):
     assert final.status(host)["pcie.acs"] == "na"
     assert lab.ssh(host, "test -e /etc/systemd/system/gpuhost-pcie-acs.service", check=False).returncode == 1
     assert lab.out(host, "setpci -s 02:00.0 ECAP_ACS+6.w") == "001d", "isolation kept after the reboot"
+
+
+def test_secure_boot_lockdown_clears_acs_by_the_command_line_and_leaves_mrrs_to_firmware(make_lab, tmp_path):
+    """Kernel lockdown (Secure Boot) refuses user space's PCI config writes with EPERM
+    (drivers/pci/pci-sysfs.c): gpuhost never tries one. ACS redirect is cleared by the
+    command line alone, at the reboot the fix asks for; a MaxReadReq of 512 is the
+    firmware's to change (manual); the second fix changes nothing."""
+    import yaml
+
+    data = yaml.safe_load((SPECS / "switch-host.yml").read_text())
+    data["firmware"]["lockdown"] = "integrity"
+    next(d for d in data["pci"] if d["bdf"] == "0000:03:00.0")["mrrs"] = 512
+    spec = tmp_path / "switch-host.yml"
+    spec.write_text(yaml.safe_dump(data))
+    lab = make_lab(spec)
+    host = "switch-host"
+    assert lab.out(host, "cat /sys/kernel/security/lockdown") == "none [integrity] confidentiality"
+    # as the real setpci does: the kernel's EPERM is a pcilib warning, the exit status 0, the register as it was
+    refused = lab.ssh(host, "setpci -s 02:00.0 ECAP_ACS+6.w=0011")
+    assert "sysfs_write: write failed: Operation not permitted" in refused.stderr, refused
+    assert lab.out(host, "setpci -s 02:00.0 ECAP_ACS+6.w") == "001d"
+    audit, fix, final = cycle(lab, host, lab.inventory, {"pcie.acs": "drift", "pcie.mrrs": "manual"},
+                              healthy={"pass", "na", "manual"})
+    assert fix.rc == 2 and "pcie.acs" in fix.changed(host) and "pcie.mrrs" not in fix.changed(host), fix.stderr[-2000:]
+    assert "kernel parameter pci=disable_acs_redir=pci:1000:c030 on the boot command line" in fix.stderr
+    assert "set PCI register" not in fix.stderr, "no config write is planned under lockdown"
+    assert "kernel lockdown (integrity" in audit.finding(host, "pcie.mrrs")["message"]
+    assert "pci=disable_acs_redir=pci:1000:c030" in lab.out(host, "cat /proc/cmdline")
+    ports = "setpci -s 02:00.0 ECAP_ACS+6.w; setpci -s 02:01.0 ECAP_ACS+6.w"
+    assert lab.out(host, ports).split() == ["0011", "0011"], "the boot cleared the redirect"
+    assert final.status(host)["pcie.acs"] == "pass" and final.status(host)["pcie.mrrs"] == "manual"

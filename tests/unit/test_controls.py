@@ -127,3 +127,26 @@ def test_every_fix_is_made_of_kinds_the_roles_apply_and_the_plan_names(rendered)
                                     fixes.FileContent("/etc/sysctl.d/x.conf", "y\n"))) == ["file", "runtime"]
     with pytest.raises(ValueError, match="a fix key no kind owns: reboot_now"):
         fixes.kinds_of({"reboot_now": True})
+
+
+def test_under_kernel_lockdown_no_fix_writes_pci_config_space(rendered):
+    """Kernel lockdown (Secure Boot) refuses user space's config writes with EPERM
+    (drivers/pci/pci-sysfs.c, LOCKDOWN_PCI_ACCESS): under it no fix holds a PCI register
+    write, in a boot unit or now; pcie.acs goes by the command line alone and says so with
+    a reboot, pcie.mrrs is a firmware setting (manual)."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes
+
+    seen = {}
+    for cid, name, sc in SCENARIOS:
+        if "lockdown" not in name:
+            continue
+        f = rendered(cid, name, sc).finding(cid, **(sc.get("settings") or {}))
+        kinds = fixes.kinds_of(f["fix"] or {})
+        assert not any(isinstance(k, (fixes.PciRegister, fixes.BootUnit)) for k in kinds), (cid, name, kinds)
+        seen[cid, name] = (f["status"], [type(k).__name__ for k in kinds], f["reboot_required"])
+    assert seen == {
+        ("pcie.mrrs", "lockdown-512.fail"): ("manual", [], False),
+        ("pcie.mrrs", "lockdown-4096.pass"): ("pass", [], False),
+        ("pcie.acs", "switch-lockdown-command-line-only.fail"): ("drift", ["CmdlineSet"], True),
+        ("pcie.acs", "switch-lockdown-persisted.fail"): ("pending_reboot", [], True),
+    }

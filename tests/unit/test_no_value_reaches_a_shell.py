@@ -67,11 +67,19 @@ class Recorder:
 
     check_mode = False
 
-    def __init__(self, reads: dict):
-        self.calls, self.reads = [], reads
+    def __init__(self, reads: dict, refused: bool = False):
+        self.calls, self.reads, self.refused = [], reads, refused
 
     def run_command(self, argv, **kw):
         self.calls.append(argv)
+        if "=" in argv[-1]:
+            # a write: as setpci does, exit 0 even where the kernel refuses it (lockdown's EPERM)
+            register, wanted = argv[-1].split("=")
+            if self.refused:
+                return 0, "", "pcilib: sysfs_write: write failed: Operation not permitted\n"
+            value, mask = (int(x, 16) for x in wanted.split(":"))
+            self.reads[register] = "%04x" % ((int(self.reads[register], 16) & ~mask) | (value & mask))
+            return 0, "", ""
         return 0, self.reads.get(argv[-1], ""), ""
 
     def fail_json(self, **kw):
@@ -83,9 +91,15 @@ def test_the_runtime_module_runs_setpci_as_argv_and_writes_only_what_differs():
     change = {"pci": "0000:01:00.0", "device": "10de:2bb5", "register": "CAP_EXP+8.w", "value": "5000", "mask": "7000"}
     assert runtime.pci_change(m, change) == [("0000:01:00.0 CAP_EXP+8.w: 2950", "0000:01:00.0 CAP_EXP+8.w: 5950")]
     assert m.calls == [["setpci", "-s", "0000:01:00.0", "-d", "10de:2bb5", "CAP_EXP+8.w"],
-                       ["setpci", "-s", "0000:01:00.0", "-d", "10de:2bb5", "CAP_EXP+8.w=5000:7000"]]
+                       ["setpci", "-s", "0000:01:00.0", "-d", "10de:2bb5", "CAP_EXP+8.w=5000:7000"],
+                       ["setpci", "-s", "0000:01:00.0", "-d", "10de:2bb5", "CAP_EXP+8.w"]], "written, then read back"
     done = Recorder({"CAP_EXP+8.w": "5950"})
     assert runtime.pci_change(done, change) == [] and len(done.calls) == 1, "already 4096: read, nothing written"
+    # setpci exits 0 on a write the kernel refused: the read back fails the change, with setpci's warning
+    refused = Recorder({"CAP_EXP+8.w": "2950"}, refused=True)
+    with pytest.raises(AssertionError, match=r"did not take: 0000:01:00.0 CAP_EXP\+8.w reads 2950 "
+                                             r"\(pcilib: sysfs_write: write failed: Operation not permitted\)"):
+        runtime.pci_change(refused, change)
 
 
 @pytest.mark.parametrize("value", ["6.14'; touch /tmp/x; '", "6.14$(id)", "6.14 linux-image-rt", "latest"])

@@ -270,7 +270,7 @@ class Machine:
             path = self.dev_path(dev.bdf)
             cfg, mask = self.config[dev.bdf]
             t.link(f"sys/bus/pci/devices/{dev.bdf}", "../../../" + path.removeprefix("sys/"))
-            t.add(f"{path}/config", Blob(cfg, lambda off, data, cfg=cfg, mask=mask: configspace.masked_write(cfg, mask, off, data)))
+            t.add(f"{path}/config", Blob(cfg, lambda off, data, cfg=cfg, mask=mask: self._write_config(cfg, mask, off, data)))
             t.attr(f"{path}/vendor", text(f"0x{dev.vendor:04x}"))
             t.attr(f"{path}/device", text(f"0x{dev.device:04x}"))
             t.attr(f"{path}/subsystem_vendor", text(f"0x{(0 if dev.is_bridge else dev.vendor):04x}"))
@@ -322,6 +322,9 @@ class Machine:
 
     def _render_misc(self, t: Tree) -> None:
         t.attr("sys/firmware/acpi/pm_profile", text(self.spec.firmware.acpi_pm_profile))
+        # every level, the current one in brackets (security/lockdown/lockdown.c, lockdown_read)
+        t.attr("sys/kernel/security/lockdown", text(_bracket(["none", "integrity", "confidentiality"],
+                                                             self.spec.firmware.lockdown)))
         thp = "sys/kernel/mm/transparent_hugepage"
         t.attr(f"{thp}/enabled", lambda: text(_bracket(["always", "madvise", "never"], self.thp)),
                lambda v: self._write_choice(v, ["always", "madvise", "never"], "thp"))
@@ -474,6 +477,13 @@ class Machine:
                 f"HugePages_Total:       0\nHugePages_Free:        0\nHugepagesize:       2048 kB\n").encode()
 
     # ---- writes, as the kernel takes them ------------------------------------------------
+    def _write_config(self, cfg: bytearray, mask: bytearray, offset: int, data: bytes) -> int:
+        """A config-space write from user space: refused under lockdown (drivers/pci/pci-sysfs.c,
+        pci_write_config: security_locked_down(LOCKDOWN_PCI_ACCESS) from integrity on)."""
+        if self.spec.firmware.lockdown != "none":
+            raise OSError(errno.EPERM, "Operation not permitted")
+        return configspace.masked_write(cfg, mask, offset, data)
+
     def _write_governor(self, cpu: int, value: bytes) -> None:
         gov = _word(value)
         if gov not in governors_for(self.driver):

@@ -48,6 +48,9 @@ class Firmware(_Strict):
     iommu: bool
     smt: bool
     virtualized: bool
+    # kernel lockdown (Secure Boot): /sys/kernel/security/lockdown; from integrity on, user
+    # space's PCI config writes fail with EPERM (drivers/pci/pci-sysfs.c, LOCKDOWN_PCI_ACCESS)
+    lockdown: Literal["none", "integrity", "confidentiality"] = "none"
 
 
 # What one lab host can render and boot in bounded time (seconds, on 2 cores). A spec over

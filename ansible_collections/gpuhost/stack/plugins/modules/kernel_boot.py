@@ -46,7 +46,6 @@ action: {description: pinned, unpinned or none, returned: always, type: str}
 import glob
 import os
 import re
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuhost.stack.plugins.module_utils.versions import at_least, kernel_flavor

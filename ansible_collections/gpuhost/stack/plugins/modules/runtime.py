@@ -83,19 +83,26 @@ def setpci(module, argv):
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg="`%s` exited %d: %s" % (" ".join(argv), rc, (err or out).strip()))
-    return out.strip()
+    return out.strip(), err.strip()
 
 
 def pci_change(module, change):
     base = ["setpci", "-s", change["pci"], "-d", change["device"]]
-    now = setpci(module, base + [change["register"]])
+    now = setpci(module, base + [change["register"]])[0]
     if not re.match(r"^[0-9a-fA-F]+$", now):
         module.fail_json(msg="no PCI function %s with ID %s (setpci read %r)" % (change["pci"], change["device"], now))
     value, mask = int(change["value"], 16), int(change["mask"], 16)
     if int(now, 16) & mask == value & mask:
         return []
     if not module.check_mode:
-        setpci(module, base + ["%s=%s:%s" % (change["register"], change["value"], change["mask"])])
+        write = base + ["%s=%s:%s" % (change["register"], change["value"], change["mask"])]
+        said = setpci(module, write)[1]
+        # setpci exits 0 when the kernel refuses the write (pcilib warns "sysfs_write: write
+        # failed", as under lockdown's EPERM): the register read back is the only proof
+        back = setpci(module, base + [change["register"]])[0]
+        if not re.match(r"^[0-9a-fA-F]+$", back) or int(back, 16) & mask != value & mask:
+            module.fail_json(msg="`%s` did not take: %s %s reads %s%s" % (
+                " ".join(write), change["pci"], change["register"], back, (" (" + said + ")") if said else ""))
     after = (int(now, 16) & ~mask) | (value & mask)
     where = "%s %s" % (change["pci"], change["register"])
     return [("%s: %s" % (where, now), "%s: %04x" % (where, after))]

@@ -31,6 +31,14 @@ def pci_change(d: dict, register: str, value: int, mask: int) -> PciRegister:
     return PciRegister(d["bdf"], f"{d['vendor']:04x}:{d['device']:04x}", register, f"{value:04x}", f"{mask:04x}")
 
 
+def config_writes_refused(h: Host) -> str | None:
+    """The kernel lockdown level that refuses every config-space write from user space
+    (drivers/pci/pci-sysfs.c: security_locked_down(LOCKDOWN_PCI_ACCESS), from integrity on;
+    Secure Boot turns lockdown on in Debian's, Ubuntu's and Proxmox's kernels), or None."""
+    level = h.f.get("lockdown")
+    return level if level in ("integrity", "confidentiality") else None
+
+
 def strange_addresses(devices: list[dict]) -> list[str]:
     return [repr(d.get("bdf")) for d in devices if not PCI_ADDRESS.match(str(d.get("bdf")))]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import CmdlineRemove, CmdlineSet, fix_of, UnitRemoval
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import pci_change, strange_addresses
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import config_writes_refused, pci_change, strange_addresses
 
 CONTROL = Control(
     id="pcie.acs",
@@ -15,12 +15,13 @@ CONTROL = Control(
     rationale=("ACS request/completion redirect forces GPU peer-to-peer and GPUDirect traffic up to the root "
                "complex; with an IOMMU the kernel sets it at every boot, so it is cleared with "
                "pci=disable_acs_redir="),
-    references=("PCIe Base Spec: ACS Control", "kernel-parameters.txt: pci=disable_acs_redir", "drivers/pci/pci.c: pci_std_enable_acs"),
+    references=("PCIe Base Spec: ACS Control", "kernel-parameters.txt: pci=disable_acs_redir", "drivers/pci/pci.c: pci_std_enable_acs",
+                "drivers/pci/pci-sysfs.c: config writes refused under lockdown (LOCKDOWN_PCI_ACCESS)"),
     passes=("no ACS redirect on the downstream ports of a switch with a GPU below (NIC and NVMe ports included), "
             "now and at boot; na on VM hosts (`hostpciN`, `vfio-pci.ids=`, vfio-pci bound), which keep nothing of "
             "gpuhost's that clears ACS; 256-byte config space: error"),
-    repair="`pci=disable_acs_redir=pci:VENDOR:DEVICE` (other `pci=` options kept) + `setpci` now",
-    facts=("pci", "iommu", "vms", "boot", "units"),
+    repair="`pci=disable_acs_redir=pci:VENDOR:DEVICE` (other `pci=` options kept) + `setpci` now; under kernel lockdown the command line alone (reboot)",
+    facts=("pci", "iommu", "vms", "boot", "units", "lockdown"),
     units=("gpuhost-pcie-acs.service",),
 )
 
@@ -131,7 +132,10 @@ def judge(h: Host) -> Finding:
         kinds.append(CmdlineSet({"pci": pci_param_with(persisted, merged)}))
     if ours_unit:
         kinds.append(UnitRemoval(ACS_UNIT))
-    if bad:
+    # under kernel lockdown setpci is refused (EPERM): the command line alone clears the
+    # redirect, at the next boot, before IOMMU groups form
+    locked = config_writes_refused(h)
+    if bad and not locked:
         strange = strange_addresses(bad)
         if strange:
             return error(cid, f"the host names a PCI function {', '.join(strange)}: not an address gpuhost puts in a command")
@@ -141,5 +145,12 @@ def judge(h: Host) -> Finding:
            else "clear now, but the next boot sets ACS redirect again")
     if not covered:
         msg += f"; persist pci=disable_acs_redir={want}"
+    if bad and locked:
+        msg += (f"; kernel lockdown ({locked}, Secure Boot) refuses setpci, so the redirect clears at the next boot"
+                if not covered else
+                f"; pci=disable_acs_redir={have} is on the command line and kernel lockdown ({locked}, Secure Boot) "
+                "refuses setpci: the next boot clears it")
+        if not kinds:
+            return Finding(cid, "pending_reboot", observed, "no ACS redirect on switch ports", msg, True)
     return Finding(cid, "drift", observed or "clear now, not at boot", "no ACS redirect on switch ports", msg,
-                   reboot_required=False, fix=fix_of(*kinds))
+                   reboot_required=bool(bad and locked), fix=fix_of(*kinds))

@@ -11,7 +11,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig impo
 __metaclass__ = type
 
 class DevicesProbe:
-    """Probe sections: probe_iommu, probe_pci, probe_nvidia, probe_block (a part of probe.Probe)."""
+    """Probe sections: probe_iommu, probe_pci, probe_lockdown, probe_nvidia, probe_block (a part of probe.Probe)."""
 
     def probe_iommu(self):
         units = [os.path.basename(p) for p in self.glob("/sys/class/iommu/*")]
@@ -51,6 +51,19 @@ class DevicesProbe:
         if unreadable:
             self.errors["pci"] = "config space of %d devices needs root to read" % len(unreadable)
         return devices
+
+    def probe_lockdown(self):
+        """The kernel's lockdown level, which decides whether user space may write PCI config
+        space: security/lockdown/lockdown.c lists every level with the current one in brackets
+        ("[none] integrity confidentiality"); drivers/pci/pci-sysfs.c refuses config writes
+        (EPERM) from integrity on (LOCKDOWN_PCI_ACCESS). No file: no lockdown LSM, nothing refused."""
+        text = self.read("/sys/kernel/security/lockdown")
+        if text is None:
+            return "none"
+        m = re.search(r"\[([a-z]+)\]", text)
+        if not m:
+            raise ValueError("no current level in %r" % text.strip()[:80])
+        return m.group(1)
 
     def probe_nvidia(self):
         version_text = self.read("/proc/driver/nvidia/version")
