@@ -150,3 +150,23 @@ def test_under_kernel_lockdown_no_fix_writes_pci_config_space(rendered):
         ("pcie.acs", "switch-lockdown-command-line-only.fail"): ("drift", ["CmdlineSet"], True),
         ("pcie.acs", "switch-lockdown-persisted.fail"): ("pending_reboot", [], True),
     }
+
+
+def test_a_fix_never_enables_or_installs_a_unit_the_administrator_masked():
+    """gates.respect_masks, for any control: a fix that would install a masked unit, or
+    `systemctl enable` a masked vendor unit (which systemctl refuses), becomes manual with
+    the way out named, and holds no change."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes, gates
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Finding, Host
+
+    masked = {"path": "/etc/systemd/system/vendor.service", "masked": True, "content": ""}
+    host = Host({"units": {"vendor.service": masked, "other.service": {"enabled": False}}}, {})
+    for kind in (fixes.UnitEnable(("other.service", "vendor.service")), fixes.BootUnit("vendor.service", "[Unit]\n")):
+        f = Finding("demo.sample", "drift", "off", "on", "not started at boot", fix=fixes.fix_of(kind))
+        gates.respect_masks(host, f)
+        assert f.status == "manual" and f.fix == {}, kind
+        assert f.message.endswith("(`systemctl unmask vendor.service` lets gpuhost fix it)"), f.message
+    free = Finding("demo.sample", "drift", "off", "on", "not started at boot",
+                   fix=fixes.fix_of(fixes.UnitEnable(("other.service",))))
+    gates.respect_masks(host, free)
+    assert free.status == "drift" and free.fix == {"enable": ["other.service"]}

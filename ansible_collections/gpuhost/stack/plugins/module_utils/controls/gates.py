@@ -73,8 +73,12 @@ def respect_masks(h: Host, finding: Finding) -> None:
     """A unit the fix would install that the administrator masked (systemctl mask: a link to
     /dev/null in /etc/systemd/system, systemd.unit(5)) is their decision: the finding is
     manual, never a fix that would unmask, replace or enable it."""
-    name = ((finding.fix or {}).get("unit") or {}).get("name") if isinstance(finding.fix, dict) else None
-    have = (h.f.get("units") or {}).get(name) or {} if name else {}
+    fix = finding.fix if isinstance(finding.fix, dict) else {}
+    # the unit it would install, and the vendor units it would enable (systemctl enable refuses a masked one)
+    names = [n for n in [(fix.get("unit") or {}).get("name")] + list(fix.get("enable") or []) if n]
+    units = h.f.get("units") or {}
+    name = next((n for n in names if (units.get(n) or {}).get("masked")), None)
+    have = units.get(name) or {} if name else {}
     if have.get("masked"):
         finding.status, finding.fix = "manual", {}
         finding.message = (f"{finding.message}; {name} is masked ({have['path']} -> /dev/null), the administrator's "

@@ -60,10 +60,16 @@ def judge(h: Host) -> Finding:
     starts = bool(u.get("enabled")) or bool(u.get("started_by_udev"))
     flag_ok = bool(execs) and not any("--no-persistence-mode" in e for e in execs)
     persisted_ok = starts and flag_ok
-    how = ("vendor unit" if vendor else "gpuhost's unit" if ours else "no unit") + \
+    how = ("masked unit" if u.get("masked") else "vendor unit" if vendor else "gpuhost's unit" if ours else "no unit") + \
           ("" if starts else ", not started at boot") + ("" if flag_ok or not execs else ", --no-persistence-mode")
     observed = f"{len(nv['gpus']) - len(off)}/{len(nv['gpus'])} on; {how}"
     expected = "on for every GPU, live and at boot"
+    if u.get("masked"):
+        # systemctl mask (a link to /dev/null, systemd.unit(5)): nothing starts it, the driver's
+        # udev rule included; the administrator's decision, never unmasked or enabled here
+        return Finding(cid, "manual", observed, expected,
+                       f"{PERSISTENCED} is masked ({u.get('path')} -> /dev/null), the administrator's decision: gpuhost "
+                       f"does not unmask it (`systemctl unmask {PERSISTENCED}` lets gpuhost fix it)")
     if not off and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"nvidia-persistenced starts at boot ({how})")
     kinds: list = [Persistence()] if off else []
