@@ -212,3 +212,24 @@ def test_the_proxmox_version_is_read_from_pvecfg_without_running_pveversion(tmp_
     (tmp_path / "usr/share/perl5/PVE/pvecfg.pm").unlink()          # no pvecfg.pm: ask pveversion
     os_facts = probe.Probe(str(tmp_path), run=lambda argv: ran.append(argv) or (0, "pve-manager/8.2.4/faa8 (x)", "")).probe_os()
     assert os_facts["proxmox_ve"] == "8.2.4" and len(ran) == 1
+
+
+LOCKDOWN = [("lockdown-kicksecure-none", "none"), ("lockdown-sriov-none", "none"),
+            ("lockdown-sriov-integrity", "integrity"), ("lockdown-sriov-confidentiality", "confidentiality")]
+
+
+@pytest.mark.parametrize("name, level", LOCKDOWN, ids=[n for n, _ in LOCKDOWN])
+def test_kernel_lockdown_levels_as_real_kernels_print_them(tmp_path, name, level):
+    """The bracketed level is the current one, whether the kernel lists two levels or three;
+    from integrity on, pcie.mrrs is for a person (setpci is refused)."""
+    (tmp_path / "sys/kernel/security").mkdir(parents=True)
+    (tmp_path / "sys/kernel/security/lockdown").write_bytes((DATA / "security" / name).read_bytes())
+    assert probe.Probe(str(tmp_path)).probe_lockdown() == level
+    host = scenarios.render(scenarios.BASE_HOST, tmp_path / "host")
+    facts = host.facts()
+    facts["lockdown"] = probe.Probe(str(tmp_path)).probe_lockdown()
+    gpu = next(d for d in facts["pci"] if d.get("vendor") == 0x10DE and d.get("class", 0) >> 16 == 0x03)
+    gpu["mrrs"] = 512
+    finding = controls.evaluate(facts, {"controls": ["pcie.mrrs"]})["pcie.mrrs"]
+    assert finding["status"] == ("drift" if level == "none" else "manual"), finding
+
