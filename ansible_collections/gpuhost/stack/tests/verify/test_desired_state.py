@@ -98,6 +98,19 @@ def test_numa_balancing(view: View):
     assert persisted, "nothing keeps NUMA balancing off at boot"
 
 
+def test_numa_gpu_affinity(view: View):
+    nodes = view.host.run("ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null").stdout.split()
+    if not host_level(view):
+        view.skip(CONTAINER)
+    driven = [bdf for bdf in view.gpus if _driver(view, bdf) != "vfio-pci"]
+    if not driven:
+        view.skip(NO_GPU + " (functions bound to vfio-pci are the VMs')")
+    if len(nodes) <= 1:
+        view.skip("one NUMA node: every GPU is local to it")
+    unknown = [bdf for bdf in driven if int(view.read(f"/sys/bus/pci/devices/{bdf}/numa_node")) < 0]
+    assert not unknown, f"the kernel knows no NUMA node for {', '.join(unknown)}"
+
+
 def test_pcie_mrrs(view: View):
     if not host_level(view):
         view.skip(CONTAINER)
