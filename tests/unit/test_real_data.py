@@ -233,3 +233,23 @@ def test_kernel_lockdown_levels_as_real_kernels_print_them(tmp_path, name, level
     finding = controls.evaluate(facts, {"controls": ["pcie.mrrs"]})["pcie.mrrs"]
     assert finding["status"] == ("drift" if level == "none" else "manual"), finding
 
+
+
+def test_gpu_numa_nodes_of_a_real_eight_gpu_host_pass_and_an_unknown_node_is_for_a_person(tmp_path):
+    """numa.gpu_affinity on the NUMA nodes a real 8x L4 host's sysfs gives its GPUs (two
+    nodes, four GPUs each); with one node unknown (-1, firmware without _PXM for it) it is
+    manual, naming that GPU."""
+    import copy
+
+    rows = [line.split() for line in (DATA / "gpu/numa-node-aws-8xL4").read_text().splitlines()]
+    facts = scenarios.render(scenarios.BASE_HOST, tmp_path / "host").facts()
+    template = next(d for d in facts["pci"] if d.get("vendor") == 0x10DE and d.get("class", 0) >> 16 == 0x03)
+    others = [d for d in facts["pci"] if d is not template]
+    facts["pci"] = others + [dict(copy.deepcopy(template), bdf=bdf, numa_node=int(node)) for bdf, node in rows]
+    assert facts["numa"]["nodes"] == 2
+    good = controls.evaluate(copy.deepcopy(facts), {"controls": ["numa.gpu_affinity"]})["numa.gpu_affinity"]
+    assert good["status"] == "pass" and good["message"] == "8 GPUs on known nodes of 2", good
+    assert "0000:9f:00.0 node 0" in good["observed"] and "0000:b4:00.0 node 1" in good["observed"]
+    next(d for d in facts["pci"] if d["bdf"] == "0000:ae:00.0")["numa_node"] = -1
+    bad = controls.evaluate(facts, {"controls": ["numa.gpu_affinity"]})["numa.gpu_affinity"]
+    assert bad["status"] == "manual" and bad["observed"] == "numa_node -1 on 0000:ae:00.0", bad
