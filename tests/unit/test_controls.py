@@ -115,8 +115,6 @@ def test_every_fix_is_made_of_kinds_the_roles_apply_and_the_plan_names(rendered)
     for step in fixes.STEPS:
         read = set(re.findall(r"__fix\.([a-z_]+)", (tasks / f"fix_{step}.yml").read_text()))
         owned = {key for key, kind in fixes.KEYS.items() if kind.STEP == step} - set(fixes.INFORMATIONAL)
-        if step == "daemon_reload":
-            owned = set()           # a flag with no data: its step is included, or not
         if step == "series":
             owned.add("pin")        # the series' module check pins the running kernel where the module did not build
         assert read == owned, (step, sorted(read - owned), sorted(owned - read))
@@ -125,6 +123,8 @@ def test_every_fix_is_made_of_kinds_the_roles_apply_and_the_plan_names(rendered)
     # the steps of a fix follow its kinds, in the one order
     assert fixes.steps(fixes.fix_of(fixes.RuntimeWrite("0", path="/proc/sys/kernel/numa_balancing"),
                                     fixes.FileContent("/etc/sysctl.d/x.conf", "y\n"))) == ["file", "runtime"]
+    assert fixes.steps(fixes.fix_of(fixes.UnitRemoval("old.service"))) == ["remove_unit", "daemon_reload"], \
+        "systemd reads its units again after one is installed or taken out"
     with pytest.raises(ValueError, match="a fix key no kind owns: reboot_now"):
         fixes.kinds_of({"reboot_now": True})
 

@@ -323,6 +323,8 @@ def steps(fix: dict) -> list[str]:
     """The fix task files that apply *fix*, in STEPS order: the roles include exactly these,
     so a control's fix runs its own tasks and no skipped ones."""
     have = {k.STEP for k in kinds_of(fix)}
+    if have & {"unit", "remove_unit"}:
+        have.add("daemon_reload")       # systemd reads a unit gpuhost installed or took out again
     return [s for s in STEPS if s in have]
 
 

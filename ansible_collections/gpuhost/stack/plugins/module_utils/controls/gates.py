@@ -78,8 +78,7 @@ def respect_masks(h: Host, finding: Finding) -> None:
     names = [n for n in [(fix.get("unit") or {}).get("name")] + list(fix.get("enable") or []) if n]
     units = h.f.get("units") or {}
     name = next((n for n in names if (units.get(n) or {}).get("masked")), None)
-    have = units.get(name) or {} if name else {}
-    if have.get("masked"):
+    if name:
         finding.status, finding.fix = "manual", {}
-        finding.message = (f"{finding.message}; {name} is masked ({have['path']} -> /dev/null), the administrator's "
+        finding.message = (f"{finding.message}; {name} is masked ({units[name]['path']} -> /dev/null), the administrator's "
                            f"decision: gpuhost does not unmask it (`systemctl unmask {name}` lets gpuhost fix it)")

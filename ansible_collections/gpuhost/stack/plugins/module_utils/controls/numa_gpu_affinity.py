@@ -32,11 +32,11 @@ def judge(h: Host) -> Finding:
     nodes = numa.get("nodes") or 1
     if nodes < 2:
         return na(cid, "one NUMA node: every GPU is local to it")
-    unknown = [g["bdf"] for g in gpus if (g.get("numa_node") if g.get("numa_node") is not None else -1) < 0]
-    where = ", ".join(f"{g['bdf']} node {g['numa_node']}" for g in gpus if g["bdf"] not in unknown)
+    # sysfs gives -1 for a device whose node the firmware did not name; no reading counts the same
+    unknown = [g["bdf"] for g in gpus if g.get("numa_node") is None or g["numa_node"] < 0]
     if unknown:
         return Finding(cid, "manual", f"numa_node -1 on {', '.join(unknown)}", f"a node (0..{nodes - 1}) for every GPU",
                        f"the kernel does not know the NUMA node of {', '.join(unknown)} ({nodes} nodes): the firmware "
                        "gives none (ACPI _PXM/SRAT); check its NUMA-per-socket (NPS) and ACPI SRAT settings")
-    return Finding(cid, "pass", where, f"a node (0..{nodes - 1}) for every GPU",
-                   f"{len(gpus)} GPUs on known nodes of {nodes}")
+    where = ", ".join(f"{g['bdf']} node {g['numa_node']}" for g in gpus)
+    return Finding(cid, "pass", where, f"a node (0..{nodes - 1}) for every GPU", f"{len(gpus)} GPUs on known nodes of {nodes}")
