@@ -103,6 +103,10 @@ class SmiStub:
                 "name": lambda g: g["name"], "driver_version": lambda g: view["userspace"],
                 "persistence_mode": lambda g: "Enabled" if g["persistence"] else "Disabled",
                 "compute_cap": lambda g: g["compute_cap"]}
+        for field, key in (("power.limit", "limit_w"), ("enforced.power.limit", "enforced_w"),
+                           ("power.default_limit", "default_w"), ("power.min_limit", "min_w"),
+                           ("power.max_limit", "max_w")):
+            cell[field] = lambda g, key=key: f"{g['power'][key]:.2f} W" if g.get("power") else "[Not Supported]"
         return 0, "".join(", ".join(cell[f](g) for f in fields) + "\n" for g in view["gpus"]), ""
 
 

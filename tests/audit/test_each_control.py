@@ -2,8 +2,8 @@
 the audit finds it, the fix changes that control and no other, the audit passes, a second
 fix changes nothing (not a byte of the host's disk), and after a reboot it still passes.
 
-The seed host starts with nine of them in drift; the Intel/GRUB host brings cpu.governor
-and the switch host pcie.acs.
+The seed host starts with nine of them in drift; the Intel/GRUB host brings cpu.governor,
+the switch host pcie.acs and the seed with its GPUs' power data nvidia.power_limit.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ SEED_DRIFT = ("cpu.driver", "cpu.cstates", "numa.balancing", "pcie.mrrs", "iommu
 CASES = [(SEED_HOST, "pve-gpu1", c) for c in SEED_DRIFT] + [
     (SPECS / "intel-grub.yml", "intel-grub", "cpu.governor"),
     (SPECS / "switch-host.yml", "switch-host", "pcie.acs"),
+    (SPECS / "pve-gpu1-power.yml", "pve-gpu1-power", "nvidia.power_limit"),
 ]
 # What a fix changes besides its own control, knowingly: booting a kernel >= 6.13 on a
 # Zen 5 CPU loads amd_pstate by default (the kernel model's rule, and the real kernel's).
@@ -25,6 +26,7 @@ LIVE_AFTER_FIX = {
     # the switch's downstream ports lose Request and Completion Redirect; Source Validation stays
     "pcie.acs": ("setpci -s 02:00.0 ECAP_ACS+6.w; setpci -s 02:01.0 ECAP_ACS+6.w", "0011\n0011"),
     "numa.balancing": ("cat /proc/sys/kernel/numa_balancing", "0"),
+    "nvidia.power_limit": ("nvidia-smi -i 00000000:E1:00.0 --query-gpu=power.limit --format=csv,noheader", "600.00 W"),
 }
 
 

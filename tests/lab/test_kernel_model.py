@@ -201,6 +201,25 @@ def test_persistence_mode_is_lost_at_boot_unless_the_daemon_sets_it(make_lab):
     assert lab.out("pve-gpu1", q) == "Enabled"
 
 
+def test_power_limit_needs_persistence_and_is_lost_at_boot(make_lab):
+    """NVML: a power limit is "not persistent across reboots or driver unloads"; nvidia-smi
+    warns that without persistence mode it goes back to the default as its last client exits.
+    The spec's limit_w is what every boot starts with; the range is the GPU's min..max."""
+    lab = make_lab(SPECS / "pve-gpu1-power.yml")
+    host, gpu = "pve-gpu1-power", "00000000:01:00.0"
+    q = f"nvidia-smi -i {gpu} --query-gpu=power.limit,enforced.power.limit,power.default_limit --format=csv,noheader"
+    assert lab.out(host, q) == "300.00 W, 300.00 W, 600.00 W"
+    said = lab.out(host, f"nvidia-smi -i {gpu} -pl 600")
+    assert "was set to 600.00 W from 300.00 W." in said and "persistence mode is disabled" in said
+    assert lab.out(host, q) == "300.00 W, 300.00 W, 600.00 W", "dropped as nvidia-smi exits"
+    lab.ssh(host, f"nvidia-smi -i {gpu} -pm 1 && nvidia-smi -i {gpu} -pl 600")
+    assert lab.out(host, q) == "600.00 W, 600.00 W, 600.00 W"
+    refused = lab.ssh(host, f"nvidia-smi -i {gpu} -pl 700", check=False)
+    assert refused.returncode == 2 and "should be between 300.00 W and 600.00 W" in refused.stdout
+    lab.reboot(host)
+    assert lab.out(host, q) == "300.00 W, 300.00 W, 600.00 W"
+
+
 def test_guest_shares_the_parent_kernel_and_its_sys_is_read_only(make_lab):
     lab = make_lab(SEED_HOST, SEED_GUEST)
     assert lab.out("llm-two", "cat /proc/cmdline") == lab.out("pve-gpu1", "cat /proc/cmdline")

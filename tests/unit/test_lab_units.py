@@ -154,3 +154,24 @@ def test_a_hostile_command_line_in_a_spec_stays_one_grub_value(tmp_path):
     out = subprocess.run(["sh", "-c", f'. {tmp_path}/grub; printf %s "$GRUB_CMDLINE_LINUX_DEFAULT"'],
                          capture_output=True, text=True, check=True).stdout
     assert out == hostile and not marker.exists()
+
+
+def test_enabled_units_start_in_systemds_order(tmp_path):
+    """After=/Before= between the boot's units order them (systemd.unit(5)); the rest start
+    by name, and a unit's drop-in can add an ordering."""
+    units = tmp_path / "etc/systemd/system"
+    wants = units / "multi-user.target.wants"
+    wants.mkdir(parents=True)
+
+    def unit(name: str, command: str, unit_section: str = "") -> None:
+        (units / name).write_text(f"[Unit]\n{unit_section}\n[Service]\nExecStart={command}\n"
+                                  "[Install]\nWantedBy=multi-user.target\n")
+        (wants / name).symlink_to(f"/etc/systemd/system/{name}")
+
+    unit("a-limit.service", "/bin/limit", "After=z-daemon.service")
+    unit("m-plain.service", "/bin/plain")
+    unit("z-daemon.service", "/bin/daemon")
+    unit("b-early.service", "/bin/early")
+    (units / "b-early.service.d").mkdir()
+    (units / "b-early.service.d/order.conf").write_text("[Unit]\nBefore=a-limit.service m-plain.service\n")
+    assert kernel.enabled_units(tmp_path) == ["/bin/early", "/bin/plain", "/bin/daemon", "/bin/limit"]

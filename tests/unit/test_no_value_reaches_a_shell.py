@@ -145,3 +145,44 @@ def test_no_task_hands_a_string_to_a_shell():
                 assert isinstance(task[key], dict) and "argv" in task[key], \
                     f"{path.relative_to(root)}: {task.get('name')}: a command must be argv, not a string"
     assert seen > 50
+
+
+class SmiRecorder:
+    """Just enough of AnsibleModule to see how gpuhost.stack.runtime calls nvidia-smi for a
+    power limit; the GPU drops a limit set without persistence mode, as the driver does."""
+
+    check_mode = False
+
+    def __init__(self, limit: float, persistence: bool):
+        self.calls, self.limit, self.persistence = [], limit, persistence
+
+    def run_command(self, argv, **kw):
+        self.calls.append(argv)
+        if "-pl" in argv:
+            bus, watts = argv[argv.index("-i") + 1], float(argv[-1])
+            if self.persistence:
+                self.limit = watts
+            return 0, (f"Power limit for GPU {bus} was set to {watts:.2f} W from {self.limit:.2f} W.\n"
+                       + ("" if self.persistence else "Warning: persistence mode is disabled on this device.\n")
+                       + "All done.\n"), ""
+        return 0, f"{self.limit:.2f}\n", ""
+
+    def fail_json(self, **kw):
+        raise AssertionError(kw["msg"])
+
+
+def test_the_runtime_module_sets_a_power_limit_as_argv_and_reads_it_back():
+    change = {"gpu": "00000000:01:00.0", "power_limit_w": 600}
+    m = SmiRecorder(300.0, persistence=True)
+    assert runtime.power_limit_change(m, change) == [("00000000:01:00.0 power limit: 300.00 W",
+                                                      "00000000:01:00.0 power limit: 600.00 W")]
+    read = ["nvidia-smi", "-i", "00000000:01:00.0", "--query-gpu=power.limit", "--format=csv,noheader,nounits"]
+    assert m.calls == [read, ["nvidia-smi", "-i", "00000000:01:00.0", "-pl", "600"], read], "set, then read back"
+    done = SmiRecorder(600.0, persistence=True)
+    assert runtime.power_limit_change(done, change) == [] and len(done.calls) == 1, "already 600 W: nothing set"
+    # nvidia-smi says "was set" and exits 0; without persistence the limit is gone as it exits
+    dropped = SmiRecorder(300.0, persistence=False)
+    with pytest.raises(AssertionError, match=r"did not take: power.limit reads 300.00 W .*persistence mode is disabled"):
+        runtime.power_limit_change(dropped, change)
+    with pytest.raises(AssertionError, match="not a GPU bus id"):
+        runtime.power_limit_change(SmiRecorder(300.0, True), {"gpu": "0; reboot", "power_limit_w": 600})

@@ -253,3 +253,80 @@ def test_gpu_numa_nodes_of_a_real_eight_gpu_host_pass_and_an_unknown_node_is_for
     next(d for d in facts["pci"] if d["bdf"] == "0000:ae:00.0")["numa_node"] = -1
     bad = controls.evaluate(facts, {"controls": ["numa.gpu_affinity"]})["numa.gpu_affinity"]
     assert bad["status"] == "manual" and bad["observed"] == "numa_node -1 on 0000:ae:00.0", bad
+
+
+def _q_power(text: str) -> dict[str, dict]:
+    """Each GPU's power limits from `nvidia-smi -q`'s "GPU Power Readings": "Current" is the
+    enforced limit and "Requested" the one set (driver 535 on), as nvidia-smi's CSV fields
+    enforced.power.limit and power.limit name them."""
+    out: dict[str, dict] = {}
+    gpu = None
+    keys = {"Current Power Limit": "enforced_w", "Requested Power Limit": "limit_w", "Default Power Limit": "default_w",
+            "Min Power Limit": "min_w", "Max Power Limit": "max_w"}
+    for line in text.splitlines():
+        if line.startswith("GPU 0"):
+            gpu = line.split()[1].lower()[4:]
+            out[gpu] = {}
+        name, _, value = (p.strip() for p in line.partition(":"))
+        if gpu and name in keys:
+            out[gpu][keys[name]] = float(value.split()[0])
+    return out
+
+
+def _power_facts(tmp_path, power: dict[str, dict]) -> dict:
+    import copy
+
+    facts = scenarios.render(scenarios.BASE_HOST, tmp_path / "host").facts()
+    template = facts["nvidia"]["gpus"][0]
+    facts["nvidia"]["gpus"] = [dict(copy.deepcopy(template), index=i, bdf=bdf, power=p)
+                               for i, (bdf, p) in enumerate(power.items())]
+    return facts
+
+
+def test_power_limits_of_a_real_8x_rtx_pro_6000_host_pass(tmp_path):
+    """nvidia.power_limit on the limits a real 8x RTX PRO 6000 Blackwell host's nvidia-smi -q
+    shows (600 W set, enforced and default; 300..600 W): pass; asked for 450 W, still pass
+    (a lower cap of the operator's is not raised); the same host capped at 300 W is drift."""
+    import copy
+
+    power = _q_power((DATA / "gpu/nvidia-smi-q-power-8x-rtxpro6000").read_text())
+    assert len(power) == 8 and power["0000:06:00.0"] == {"enforced_w": 600.0, "limit_w": 600.0, "default_w": 600.0,
+                                                           "min_w": 300.0, "max_w": 600.0}
+    facts = _power_facts(tmp_path, power)
+    good = controls.evaluate(copy.deepcopy(facts), {"controls": ["nvidia.power_limit"]})["nvidia.power_limit"]
+    assert good["status"] == "pass" and good["message"] == "8 GPUs may draw the default limit", good
+    assert "0000:06:00.0 600 W of 600 W" in good["observed"]
+    own = controls.evaluate(copy.deepcopy(facts), {"controls": ["nvidia.power_limit"], "nvidia_power_limit_w": 450})
+    assert own["nvidia.power_limit"]["status"] == "pass"
+    for p in facts["nvidia"]["gpus"][3:5]:
+        p["power"].update(limit_w=300.0, enforced_w=300.0)
+    bad = controls.evaluate(facts, {"controls": ["nvidia.power_limit"]})["nvidia.power_limit"]
+    assert bad["status"] == "drift" and bad["message"].count("is limited to 300 W (600 W wanted)") == 2, bad
+
+
+def test_a_real_gpu_capped_out_of_band_is_manual(tmp_path):
+    """A real GPU whose enforced ("Current") limit, 500 W, is below the one set and its
+    default, 700 W (the BMC's cap): no nvidia-smi -pl lifts it, so manual, naming it; an
+    inventory limit above its real maximum (700 W) is manual too, naming the range."""
+    power = _q_power((DATA / "gpu/nvidia-smi-q-power-capped").read_text())
+    assert power == {"0000:06:00.0": {"enforced_w": 500.0, "limit_w": 700.0, "default_w": 700.0, "min_w": 200.0,
+                                      "max_w": 700.0}}
+    facts = _power_facts(tmp_path, power)
+    f = controls.evaluate(facts, {"controls": ["nvidia.power_limit"]})["nvidia.power_limit"]
+    assert f["status"] == "manual" and "0000:06:00.0 enforces 500 W below its limit 700 W" in f["message"], f
+    over = controls.evaluate(facts, {"controls": ["nvidia.power_limit"], "nvidia_power_limit_w": 750})
+    assert over["nvidia.power_limit"]["status"] == "manual"
+    assert "allows (200 W to 700 W)" in over["nvidia.power_limit"]["message"]
+
+
+def test_a_real_gpu_without_power_management_reads_as_none():
+    """The probe's reading of nvidia-smi's CSV on a real GTX 770 whose power fields all print
+    [Not Supported]: no power limits (nvidia.power_limit is na for it), never a number."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    command, line = (DATA / "gpu/query-gpu-power-not-supported").read_text().splitlines()
+    fields = command.split("--query-gpu=")[1].split()[0].split(",")
+    row = dict(zip(fields, (c.strip() for c in line.split(","))))
+    assert row["power.limit"] == "[Not Supported]" and row["temperature.gpu"] == "52"
+    assert devices.smi_power(row) is None
+    assert devices._watts("600.00 W") == 600.0 and devices._watts("200.00") == 200.0

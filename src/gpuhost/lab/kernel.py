@@ -385,31 +385,66 @@ UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "usr/local/lib/systemd/
              "usr/lib/systemd/system")
 
 
-def unit_exec_starts(root: Path, name: str, unit: Path) -> list[str]:
-    """ExecStart= of a unit as systemd reads it: the unit file, then its drop-ins
-    (<unit>.d/*.conf in every unit directory, by file name), an empty ExecStart= resetting
-    the list (systemd.unit(5), systemd.service(5))."""
+def _unit_files(root: Path, name: str, unit: Path) -> list[Path]:
+    """A unit as systemd reads it: the unit file, then its drop-ins (<unit>.d/*.conf in every
+    unit directory, by file name; systemd.unit(5))."""
     dropins: dict[str, Path] = {}
     for d in reversed(UNIT_DIRS):
         directory = root / d / f"{name}.d"
         if directory.is_dir():
             for conf in directory.glob("*.conf"):
                 dropins[conf.name] = conf
-    commands: list[str] = []
-    for path in [unit] + [dropins[n] for n in sorted(dropins)]:
-        section = None
+    return [unit] + [dropins[n] for n in sorted(dropins)]
+
+
+def _unit_settings(root: Path, name: str, unit: Path, section: str, key: str) -> list[str]:
+    """Every value of *key* in *section* across the unit and its drop-ins, an empty
+    assignment resetting the list (systemd.unit(5), systemd.service(5))."""
+    values: list[str] = []
+    for path in _unit_files(root, name, unit):
+        current = None
         for line in path.read_text(errors="replace").splitlines():
             t = line.strip()
             if t.startswith("["):
-                section = t
+                current = t
                 continue
-            m = re.match(r"^ExecStart\s*=\s*(.*?)\s*$", t)
-            if m and section == "[Service]":
+            m = re.match(rf"^{key}\s*=\s*(.*?)\s*$", t)
+            if m and current == section:
                 if m.group(1):
-                    commands.append(m.group(1).lstrip("-@:+!"))
+                    values.append(m.group(1))
                 else:
-                    commands = []
-    return commands
+                    values = []
+    return values
+
+
+def unit_exec_starts(root: Path, name: str, unit: Path) -> list[str]:
+    """ExecStart= of a unit as systemd reads it, its prefixes (-@:+!) dropped."""
+    return [c.lstrip("-@:+!") for c in _unit_settings(root, name, unit, "[Service]", "ExecStart")]
+
+
+def _start_order(root: Path, units: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """The units in the order systemd starts them: After=/Before= between units of the same
+    boot transaction order them (systemd.unit(5)); the rest keep the order given (by name)."""
+    names = [n for n, _ in units]
+    after: dict[str, set[str]] = {n: set() for n in names}
+    for name, unit in units:
+        for value in _unit_settings(root, name, unit, "[Unit]", "After"):
+            after[name].update(w for w in value.split() if w in after)
+        for value in _unit_settings(root, name, unit, "[Unit]", "Before"):
+            for w in value.split():
+                if w in after:
+                    after[w].add(name)
+    ordered: list[tuple[str, Path]] = []
+    placed: set[str] = set()
+    pending = list(units)
+    while pending:
+        # the first unit (by name) whose predecessors have all started; a cycle, which
+        # systemd breaks by dropping a job, is broken here at the first unit
+        ready = next((u for u in pending if after[u[0]] <= placed), pending[0])
+        pending.remove(ready)
+        ordered.append(ready)
+        placed.add(ready[0])
+    return ordered
 
 
 UDEV_DIRS = ("etc/udev/rules.d", "lib/udev/rules.d", "usr/lib/udev/rules.d")
@@ -436,25 +471,26 @@ def udev_wanted_units(root: Path) -> list[str]:
 
 
 def enabled_units(root: Path, nvidia_loaded: bool = False) -> list[str]:
-    """Rule 10: ExecStart= lines of units enabled in multi-user.target.wants, in order, then
-    those the NVIDIA driver's udev rule starts when it binds."""
+    """Rule 10: ExecStart= lines of units enabled in multi-user.target.wants, and of those
+    the NVIDIA driver's udev rule starts when it binds, in systemd's start order."""
     wants = root / UNIT_WANTS
-    commands: list[str] = []
-    started: set[str] = set()
+    units: list[tuple[str, Path]] = []
     if wants.is_dir():
         for link in sorted(wants.iterdir(), key=lambda p: p.name):
             unit = _resolve_unit(root, link)
-            if unit is None:
-                continue
-            started.add(link.name)
-            commands += unit_exec_starts(root, link.name, unit)
+            if unit is not None:
+                units.append((link.name, unit))
+    started = {n for n, _ in units}
     for name in udev_wanted_units(root) if nvidia_loaded else []:
         if name in started:
             continue
         unit = next((root / d / name for d in UNIT_DIRS if (root / d / name).is_file()), None)
         if unit is not None:
             started.add(name)
-            commands += unit_exec_starts(root, name, unit)
+            units.append((name, unit))
+    commands: list[str] = []
+    for name, unit in _start_order(root, units):
+        commands += unit_exec_starts(root, name, unit)
     return commands
 
 

@@ -82,6 +82,10 @@ class Machine:
         self.sched = {b.name: b.scheduler for b in spec.block}
         self.read_ahead = {b.name: b.read_ahead_kb for b in spec.block}
         self.persistence = {g.bdf: spec.nvidia.persistence_default for g in spec.nvidia.gpus} if spec.nvidia else {}
+        # the power limit does not survive a reboot (NVML: "not persistent across reboots or
+        # driver unloads"): every boot starts at the spec's limit, else the default
+        self.power_limit = {g.bdf: (g.power.limit_w or g.power.default_w)
+                            for g in (spec.nvidia.gpus if spec.nvidia else []) if g.power}
         self.config: dict[str, tuple[bytearray, bytearray]] = {}
         bus_range = self._bus_ranges()
         for dev in spec.pci:
@@ -381,6 +385,7 @@ class Machine:
             "units": self.boot.units, "sysctl": sorted(self.sysctl)}) + "\n").encode())
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
+        t.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(self.power_limit)), self._write_power_limit)
         # the host's init makes these nodes in its /dev (a tmpfs of its own)
         t.attr("ctl/dev", lambda: "".join(f"{p} {ma} {mi}\n" for p, ma, mi in self.dev_nodes()).encode())
 
@@ -423,7 +428,7 @@ class Machine:
                              "link_width_max": dev.link_cap.width if dev.link_cap else 0,
                              "link_width_current": dev.link_sta.width if dev.link_sta else 0,
                              "mrrs": configspace.mrrs(cfg) if dev.is_pcie else None,
-                             "numa_node": dev.numa_node})
+                             "numa_node": dev.numa_node, "power": self._power_view(g)})
         return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,
                 "userspace": userspace, "cuda_version": nv.cuda_version if nv else None,
                 "gpus": gpus}
@@ -560,6 +565,30 @@ class Machine:
             if target in ("all", bdf):
                 self.persistence[bdf] = state == "1"
 
+    def _power_view(self, gpu) -> dict | None:
+        if gpu.power is None:
+            return None
+        limit = self.power_limit[gpu.bdf]
+        # the enforced limit is the lowest of the one set and any external cap
+        enforced = min(limit, gpu.power.enforced_w) if gpu.power.enforced_w is not None else limit
+        return {"limit_w": limit, "enforced_w": enforced, "default_w": gpu.power.default_w,
+                "min_w": gpu.power.min_w, "max_w": gpu.power.max_w}
+
+    def _write_power_limit(self, value: bytes) -> None:
+        """"<bdf> <watts>" from nvidia-smi -pl. Without persistence mode the driver tears the
+        GPU's state down when its last client (nvidia-smi itself) exits, and the limit goes
+        back to the default (nvidia-smi's own warning): the write is taken and lost."""
+        target, _, watts = _word(value).partition(" ")
+        if target not in self.power_limit or not watts.isdigit():
+            raise einval()
+        if not self.boot.nvidia_loaded:
+            raise OSError(errno.ENODEV, "No such device")
+        gpu = next(g for g in self.spec.nvidia.gpus if g.bdf == target)
+        if not gpu.power.min_w <= int(watts) <= gpu.power.max_w:
+            raise einval()
+        if self.persistence.get(target):
+            self.power_limit[target] = int(watts)
+
     def _write_reboot(self, value: bytes) -> None:
         action = _word(value)
         if action not in ("reboot", "poweroff", "halt"):
@@ -586,12 +615,37 @@ class GuestMachine:
         self.tree.attr("ctl/boot.json", lambda: (json.dumps({"release": parent.boot.release, "boot_id": self.boot_id, "units": [], "sysctl": []}) + "\n").encode())
         self.tree.attr("ctl/nvidia.json", lambda: (json.dumps(parent.nvidia_view(spec.nvidia.userspace if spec.nvidia else None)) + "\n").encode())
         self.tree.attr("ctl/nvidia-persistence", lambda: text(json.dumps(parent.persistence)), self._read_only)
+        self.tree.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(parent.power_limit)), self._read_only)
         # the host's nodes, as a container that is given them all sees them
         self.tree.attr("ctl/dev", lambda: "".join(f"{p} {ma} {mi}\n" for p, ma, mi in parent.dev_nodes()).encode())
         self.tree.attr("proc/sys/kernel/random/boot_id", lambda: text(self.boot_id))
 
     def _read_only(self, value: bytes) -> None:
         raise OSError(errno.EROFS, "Read-only file system")
+
+    def _power_view(self, gpu) -> dict | None:
+        if gpu.power is None:
+            return None
+        limit = self.power_limit[gpu.bdf]
+        # the enforced limit is the lowest of the one set and any external cap
+        enforced = min(limit, gpu.power.enforced_w) if gpu.power.enforced_w is not None else limit
+        return {"limit_w": limit, "enforced_w": enforced, "default_w": gpu.power.default_w,
+                "min_w": gpu.power.min_w, "max_w": gpu.power.max_w}
+
+    def _write_power_limit(self, value: bytes) -> None:
+        """"<bdf> <watts>" from nvidia-smi -pl. Without persistence mode the driver tears the
+        GPU's state down when its last client (nvidia-smi itself) exits, and the limit goes
+        back to the default (nvidia-smi's own warning): the write is taken and lost."""
+        target, _, watts = _word(value).partition(" ")
+        if target not in self.power_limit or not watts.isdigit():
+            raise einval()
+        if not self.boot.nvidia_loaded:
+            raise OSError(errno.ENODEV, "No such device")
+        gpu = next(g for g in self.spec.nvidia.gpus if g.bdf == target)
+        if not gpu.power.min_w <= int(watts) <= gpu.power.max_w:
+            raise einval()
+        if self.persistence.get(target):
+            self.power_limit[target] = int(watts)
 
     def _write_reboot(self, value: bytes) -> None:
         if _word(value) not in ("reboot", "poweroff", "halt"):

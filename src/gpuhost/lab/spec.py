@@ -210,6 +210,26 @@ class GpuHealth(_Strict):
     off_bus: bool = False
 
 
+class GpuPower(_Strict):
+    """hostspec.md: a GPU's power management (nvidia-smi -q "Power Readings"). The limit does
+    not survive a reboot or driver unload (NVML nvmlDeviceSetPowerManagementLimit): at boot it
+    is limit_w when given (a cap the firmware or an external manager sets), else default_w.
+    enforced_w below the limit models an external cap (the lower of the two is enforced)."""
+    default_w: int = Field(ge=1)
+    min_w: int = Field(ge=1)
+    max_w: int = Field(ge=1)
+    limit_w: Optional[int] = None
+    enforced_w: Optional[int] = None
+
+    @model_validator(mode="after")
+    def _range(self) -> "GpuPower":
+        if not self.min_w <= self.default_w <= self.max_w:
+            raise ValueError(f"default_w {self.default_w} is outside min_w..max_w ({self.min_w}..{self.max_w})")
+        if self.limit_w is not None and not self.min_w <= self.limit_w <= self.max_w:
+            raise ValueError(f"limit_w {self.limit_w} is outside min_w..max_w ({self.min_w}..{self.max_w})")
+        return self
+
+
 class Gpu(_Strict):
     bdf: str
     name: str
@@ -217,6 +237,7 @@ class Gpu(_Strict):
     memory_mib: int = Field(ge=1)
     uuid: str
     health: GpuHealth = Field(default_factory=GpuHealth)
+    power: Optional[GpuPower] = None      # absent: the GPU reports no power management
 
     @field_validator("compute_cap")
     @classmethod

@@ -5,4 +5,5 @@ systemd units (CONTROL.units)."""
 
 WATCHED_SYSCTLS = ("kernel.numa_balancing",)
 OWNED_UNITS = ("gpuhost-cpu-governor.service", "gpuhost-cpu-cstates.service", "gpuhost-pcie-mrrs.service",
-               "gpuhost-pcie-acs.service", "nvidia-persistenced.service", "gpuhost-storage-scheduler.service")
+               "gpuhost-pcie-acs.service", "nvidia-persistenced.service", "gpuhost-nvidia-power-limit.service",
+               "gpuhost-storage-scheduler.service")

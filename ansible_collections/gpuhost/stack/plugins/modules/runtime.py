@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: runtime
-short_description: Set sysfs/procfs values, PCI config registers and GPU persistence, reporting only real changes
+short_description: Set sysfs/procfs values, PCI config registers, GPU persistence and power limits, reporting only real changes
 description:
   - Each change is data, never a shell string. It is read first and written only where it
     differs, so C(changed) and the diff are true in check mode too (which writes nothing).
@@ -20,6 +20,9 @@ description:
     I(mask) in hex; read and written with setpci(8), as argv."
   - "GPU persistence: I(persistence) true turns it on with C(nvidia-smi -pm 1) where
     C(nvidia-smi --query-gpu=persistence_mode) shows a GPU with it off."
+  - "A GPU power limit: I(gpu) (the bus id as nvidia-smi prints it) and I(power_limit_w), set
+    with C(nvidia-smi -i <gpu> -pl <W>) where C(power.limit) differs, and read back: a driver
+    that drops it (no persistence mode) fails the change."
 options:
   changes: {description: The changes, in order, type: list, elements: dict, required: true}
 author: gpuhost
@@ -123,6 +126,37 @@ def persistence_change(module):
     return [("persistence mode off: %s" % ", ".join(off), "persistence mode on: %s" % ", ".join(off))]
 
 
+def power_limit_now(module, gpu):
+    argv = ["nvidia-smi", "-i", gpu, "--query-gpu=power.limit", "--format=csv,noheader,nounits"]
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg="`%s` exited %d: %s" % (" ".join(argv), rc, (err or out).strip()))
+    try:
+        return float(out.strip())
+    except ValueError:
+        module.fail_json(msg="GPU %s reports no power limit (%s)" % (gpu, out.strip()))
+
+
+def power_limit_change(module, change):
+    gpu, watts = change["gpu"], int(change["power_limit_w"])
+    if not re.match(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$", gpu):
+        module.fail_json(msg="not a GPU bus id: %r" % (gpu,))
+    now = power_limit_now(module, gpu)
+    if abs(now - watts) < 0.5:
+        return []
+    if not module.check_mode:
+        argv = ["nvidia-smi", "-i", gpu, "-pl", str(watts)]
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            module.fail_json(msg="`%s` exited %d: %s" % (" ".join(argv), rc, (err or out).strip()))
+        back = power_limit_now(module, gpu)
+        if abs(back - watts) >= 0.5:
+            # nvidia-smi says "was set" and warns when the driver forgets it as it exits
+            module.fail_json(msg="`%s` did not take: power.limit reads %.2f W (%s)" % (
+                " ".join(argv), back, " ".join(out.split())))
+    return [("%s power limit: %.2f W" % (gpu, now), "%s power limit: %d.00 W" % (gpu, watts))]
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(changes=dict(type="list", elements="dict", required=True)),
                            supports_check_mode=True)
@@ -132,6 +166,8 @@ def main():
             done += pci_change(module, change)
         elif change.get("persistence"):
             done += persistence_change(module)
+        elif "gpu" in change:
+            done += power_limit_change(module, change)
         elif "path" in change or "glob" in change:
             done += file_changes(module, change)
         else:

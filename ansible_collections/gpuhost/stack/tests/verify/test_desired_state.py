@@ -282,6 +282,34 @@ def test_nvidia_persistence(view: View):
     assert enabled or by_udev, "nothing starts nvidia-persistenced at boot"
 
 
+def test_nvidia_power_limit(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    if not view.host.exists("nvidia-smi"):
+        view.skip("no nvidia-smi: no NVIDIA driver here")
+    res = view.host.run("nvidia-smi --query-gpu=pci.bus_id,power.limit,enforced.power.limit,power.default_limit,"
+                        "power.min_limit,power.max_limit,persistence_mode --format=csv,noheader,nounits")
+    if "No devices were found" in res.stdout:
+        view.skip(NO_GPU)
+    assert res.rc == 0, res.stdout + res.stderr
+    rows = [[c.strip() for c in line.split(",")] for line in res.stdout.strip().splitlines()]
+    # a GPU without power management answers [Not Supported] (or N/A) for its limits
+    managed = [r for r in rows if all(re.match(r"^\d+(\.\d+)?$", c) for c in r[1:6])]
+    if not managed:
+        view.skip("no GPU reports power management")
+    asked = int(view.setting("gpuhost_nvidia_power_limit_w", 0) or 0)
+    unit = view.host.file("/etc/systemd/system/gpuhost-nvidia-power-limit.service")
+    for bus, limit, enforced, default, low, high, persistence in managed:
+        want = asked or round(float(default))
+        assert float(low) <= want <= float(high), f"{bus}: {want} W is outside {low}..{high} W"
+        assert float(enforced) >= want - 0.5, f"{bus} enforces {enforced} W, below {want} W"
+        if want > float(default) + 0.5:
+            # the driver forgets a limit at every boot: something must set it again, after persistence
+            assert unit.exists and f"-i {bus} -pl {want}" in unit.content_string, f"nothing sets {bus} to {want} W at boot"
+            assert persistence == "Enabled", f"{bus}: persistence off, the driver drops the limit"
+            assert f"-i {bus} -pm 1" in unit.content_string, f"nothing keeps {bus} persistent for its limit at boot"
+
+
 def test_lxc_gpu_passthrough(view: View):
     if not host_level(view):
         view.skip(CONTAINER)

@@ -244,9 +244,21 @@ class Persistence:
         fix.setdefault("runtime", []).append({"persistence": True})
 
 
+@dataclass(frozen=True)
+class PowerLimit:
+    """A GPU's power limit set now (nvidia-smi -i <bus id> -pl <W>), on the GPU at that bus
+    address only, read back after: the driver drops a limit set without persistence mode."""
+    STEP = "runtime"
+    bus_id: str                     # as nvidia-smi names it: 00000000:01:00.0
+    watts: int
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("runtime", []).append({"gpu": self.bus_id, "power_limit_w": self.watts})
+
+
 KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, LxcRepair, BootUnit, UnitRemoval,
-         UnitEnable, DaemonReload, RuntimeWrite, PciRegister, Persistence)
-RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence)
+         UnitEnable, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit)
+RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence, PowerLimit)
 # every key a fix may hold, and the kind that owns it
 KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
         "headers": KernelSeries, "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
@@ -311,6 +323,8 @@ def kinds_of(fix: dict) -> list:
     for c in fix.get("runtime") or []:
         if c.get("persistence"):
             out.append(Persistence())
+        elif c.get("gpu"):
+            out.append(PowerLimit(c["gpu"], int(c["power_limit_w"])))
         elif c.get("pci"):
             out.append(PciRegister(c["pci"], c["device"], c["register"], c["value"], c["mask"]))
         else:
@@ -333,9 +347,12 @@ def runtime_plan(kinds: list) -> list[str]:
     out: list[str] = []
     writes: dict[tuple[str, str], list[str]] = {}
     registers: dict[tuple[str, str, str], list[str]] = {}
+    limits: dict[int, list[str]] = {}
     for k in kinds:
         if isinstance(k, Persistence):
             out.append("persistence mode on for every GPU")
+        elif isinstance(k, PowerLimit):
+            limits.setdefault(k.watts, []).append(k.bus_id)
         elif isinstance(k, PciRegister):
             registers.setdefault((k.register, k.value, k.mask), []).append(f"{k.bdf} [{k.device}]")
         elif isinstance(k, RuntimeWrite):
@@ -345,6 +362,8 @@ def runtime_plan(kinds: list) -> list[str]:
         out.append(f"write {value} to {paths[0]}" if len(paths) == 1 else f"write {value} to {shape} ({len(paths)} files)")
     for (register, value, mask), devices in registers.items():
         out.append(f"set PCI register {register} to {value} (bits {mask}) on {', '.join(devices)}")
+    for watts, gpus in limits.items():
+        out.append(f"power limit {watts} W (nvidia-smi -pl) on GPU {', '.join(gpus)}")
     return out
 
 

@@ -95,12 +95,16 @@ class DevicesProbe:
         if smi is None:
             return out
         out["smi"] = smi
-        fields = "index,pci.bus_id,name,driver_version,persistence_mode,compute_cap"
-        rc, text, err = self._run([self.p(smi), "--query-gpu=" + fields, "--format=csv,noheader"])
-        if rc != 0 and "compute_cap" in (text + err) and "not a valid field" in (text + err):
-            # R470 and older have no compute_cap field: the whole query fails, so ask without it
-            rc, text, err = self._run([self.p(smi), "--query-gpu=" + fields.rsplit(",", 1)[0],
-                                       "--format=csv,noheader"])
+        # every per-GPU field in one query; a driver that does not know a field fails the
+        # whole query naming it ('Field "compute_cap" is not a valid field to query.', R470):
+        # ask again without it, and what it would have said is unknown (None)
+        fields = list(SMI_FIELDS)
+        for _ in range(len(SMI_FIELDS)):
+            rc, text, err = self._run([self.p(smi), "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
+            m = re.search(r'Field "([^"]+)" is not a valid field to query', text + err)
+            if rc == 0 or not m or m.group(1) not in fields or m.group(1) in SMI_CORE:
+                break
+            fields.remove(m.group(1))
         if rc != 0:
             msg = (text.strip() or err.strip()).splitlines()[0] if (text.strip() or err.strip()) else "exit %d" % rc
             out["smi_error"] = msg
@@ -110,13 +114,15 @@ class DevicesProbe:
             return out
         for line in text.strip().splitlines():
             cells = [c.strip() for c in line.split(",")]
-            if len(cells) < 5:
+            if len(cells) != len(fields):
                 continue
-            bus = cells[1].lower()
-            out["gpus"].append({"index": int(cells[0]), "bdf": bus[4:] if len(bus) == 16 else bus, "name": cells[2],
-                                "compute_cap": cells[5] if len(cells) > 5 else None,
-                                "persistence": cells[4] == "Enabled"})
-            out["userspace"] = cells[3]
+            row = dict(zip(fields, cells))
+            bus = row["pci.bus_id"].lower()
+            out["gpus"].append({"index": int(row["index"]), "bdf": bus[4:] if len(bus) == 16 else bus,
+                                "name": row["name"], "compute_cap": row.get("compute_cap"),
+                                "persistence": row["persistence_mode"] == "Enabled",
+                                "power": smi_power(row)})
+            out["userspace"] = row["driver_version"]
         if not out["gpus"] and "No devices were found" in text:
             out["no_devices"] = True
         return out
@@ -133,3 +139,26 @@ class DevicesProbe:
                         "scheduler": m.group(1) if m else (sched or None),
                         "schedulers": sched.replace("[", "").replace("]", "").split()})
         return out
+
+
+# what nvidia-smi --query-gpu is asked for each GPU (nvidia-smi --help-query-gpu): the core
+# that every driver since R450 answers, then fields a driver may not know
+SMI_CORE = ("index", "pci.bus_id", "name", "driver_version", "persistence_mode")
+SMI_FIELDS = SMI_CORE + ("compute_cap", "power.limit", "enforced.power.limit", "power.default_limit",
+                         "power.min_limit", "power.max_limit")
+POWER_FIELDS = (("limit_w", "power.limit"), ("enforced_w", "enforced.power.limit"), ("default_w", "power.default_limit"),
+                ("min_w", "power.min_limit"), ("max_w", "power.max_limit"))
+
+
+def _watts(cell):
+    """'600.00 W' (or '600.00' with nounits) in watts; [N/A] and [Not Supported] are None."""
+    m = re.match(r"^(\d+(?:\.\d+)?)(?: W)?$", (cell or "").strip())
+    return float(m.group(1)) if m else None
+
+
+def smi_power(row):
+    """A GPU's power limits, or None where it reports no power management (every limit N/A)."""
+    power = dict((key, _watts(row.get(field))) for key, field in POWER_FIELDS)
+    if power["limit_w"] is None or power["default_w"] is None:
+        return None
+    return power

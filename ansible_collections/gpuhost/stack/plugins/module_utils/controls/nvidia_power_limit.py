@@ -1,0 +1,106 @@
+"""nvidia.power_limit: Every GPU may draw its full power (its default limit, or the one the inventory sets).
+"""
+from __future__ import annotations
+
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, Persistence, PowerLimit
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import PCI_ADDRESS
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent, unit_ok
+
+CONTROL = Control(
+    id="nvidia.power_limit",
+    title="Every GPU may draw its full power (its default limit, or the one the inventory sets)",
+    role="nvidia",
+    fixable=True,
+    reboot="no",
+    rationale=("A GPU capped below its default power limit runs its clocks down under load: an RTX PRO 6000 "
+               "Blackwell at 300 W instead of 600 W served about 30 % fewer tokens at 64 concurrent requests; a limit "
+               "set by hand is gone after a reboot or driver reload, so caps come and go"),
+    references=("nvidia-smi(1): -pl/--power-limit; nvidia-smi -q -d POWER",
+                "NVML: nvmlDeviceSetPowerManagementLimit (not persistent across reboots or driver unloads)"),
+    passes=("every GPU's enforced power limit at least `gpuhost_nvidia_power_limit_w` if set, else its default "
+            "limit, live and at boot; na where the GPUs report no power management; an enforced limit below the one "
+            "set (an external cap: the BMC, a power brake) is manual"),
+    repair=("`nvidia-smi -i <bus id> -pl <W>` now (persistence mode on first: the driver drops a limit when its last "
+            "client exits otherwise), and a boot unit that sets both again after nvidia-persistenced"),
+    facts=("nvidia", "units"),
+    units=("gpuhost-nvidia-power-limit.service",),
+    params=(Param("gpuhost_nvidia_power_limit_w", "int", 0, "nvidia_power_limit_w",
+                  "Lowest power limit, in watts, every GPU must have (0: each GPU's default limit); set it to your "
+                  "own cap where the power budget needs one.", bounds=(0, 100000), what="a whole number of watts"),),
+)
+
+
+UNIT = CONTROL.units[0]
+
+
+def bus_id(bdf: str) -> str:
+    """A PCI address as nvidia-smi names the GPU (-i): the domain in eight digits."""
+    return "0000" + bdf.upper()
+
+
+def power_unit(smi: str, wants: list[tuple[str, int]]) -> object:
+    """Sets the limits again at every boot. A limit set while its GPU has no persistence is
+    dropped as nvidia-smi exits (nvidia-smi warns so; NVML: "not persistent across ... driver
+    unloads"), so each GPU gets persistence first, after nvidia-persistenced where it runs.
+    Every address matched PCI_ADDRESS and every limit is an int: nothing here is quoting to
+    systemd."""
+    lines = []
+    for bdf, w in wants:
+        lines += [f"{smi} -i {bus_id(bdf)} -pm 1", f"{smi} -i {bus_id(bdf)} -pl {w}"]
+    return unit(UNIT, "nvidia.power_limit: each GPU's power limit", lines, after="nvidia-persistenced.service")
+
+
+def _w(x: float) -> str:
+    return f"{x:g} W"
+
+
+def judge(h: Host) -> Finding:
+    cid = CONTROL.id
+    nv = h.section("nvidia")
+    if nv is None:
+        return error(cid, h.errors.get("nvidia", "cannot read the NVIDIA driver"))
+    if not nv["gpus"]:
+        return na(cid, "no GPU that the NVIDIA driver reports" + (f" ({nv['smi_error']})" if nv.get("smi_error") else ""))
+    gpus = [g for g in nv["gpus"] if g.get("power")]
+    if not gpus:
+        return na(cid, "no GPU reports power management (its power limits read N/A)")
+    strange = [repr(g["bdf"]) for g in gpus if not PCI_ADDRESS.match(str(g["bdf"]))]
+    if strange:
+        return error(cid, f"nvidia-smi names a GPU {', '.join(strange)}: not an address gpuhost puts in a command")
+    asked = int(h.s.get("nvidia_power_limit_w") or 0)
+    wants = {g["bdf"]: (asked or int(round(g["power"]["default_w"]))) for g in gpus}
+    expected = f"at least {asked} W" if asked else "at least the default limit"
+    observed = ", ".join(f"{g['bdf']} {_w(g['power']['enforced_w'] if g['power']['enforced_w'] is not None else g['power']['limit_w'])}"
+                         f" of {_w(g['power']['default_w'])}" for g in gpus)
+    outside = [g for g in gpus if not (g["power"]["min_w"] or 0) <= wants[g["bdf"]] <= (g["power"]["max_w"] or wants[g["bdf"]])]
+    if outside:
+        return Finding(cid, "manual", observed, expected,
+                       "gpuhost_nvidia_power_limit_w " + str(asked) + " W is outside what "
+                       + ", ".join(f"{g['bdf']} allows ({_w(g['power']['min_w'])} to {_w(g['power']['max_w'])})" for g in outside)
+                       + ": nvidia-smi refuses it; set a limit in that range")
+    low = [g for g in gpus if g["power"]["limit_w"] < wants[g["bdf"]] - 0.5]
+    # the enforced limit is the lowest of the one set and any external cap (a BMC's, a
+    # chassis power brake's): no nvidia-smi call lifts that
+    capped = [g for g in gpus if g not in low and g["power"]["enforced_w"] is not None
+              and g["power"]["enforced_w"] < wants[g["bdf"]] - 0.5]
+    if capped:
+        return Finding(cid, "manual", observed, expected,
+                       ", ".join(f"{g['bdf']} enforces {_w(g['power']['enforced_w'])} below its limit "
+                                 f"{_w(g['power']['limit_w'])}" for g in capped)
+                       + ": an external power cap (the BMC's power capping, a power brake); lift it there")
+    smi = nv.get("smi") or "/usr/bin/nvidia-smi"
+    u = power_unit(smi, sorted(wants.items()))
+    # the limit at boot is the default: a gpuhost unit is needed where the one wanted is
+    # above it, and must be current where it exists
+    above_default = any(wants[g["bdf"]] > g["power"]["default_w"] + 0.5 for g in gpus)
+    persisted_ok = unit_ok(h.f, u) if above_default else unit_current_or_absent(h.f, u)
+    if not low and persisted_ok:
+        return Finding(cid, "pass", observed, expected, f"{len(gpus)} GPUs may draw {expected.replace('at least ', '')}")
+    kinds: list = []
+    if any(not g["persistence"] for g in low):
+        kinds.append(Persistence())
+    kinds += [PowerLimit(bus_id(g["bdf"]), wants[g["bdf"]]) for g in low]
+    msg = (", ".join(f"{g['bdf']} is limited to {_w(g['power']['limit_w'])} ({_w(wants[g['bdf']])} wanted)" for g in low)
+           if low else "the limits are right now, but nothing sets them again at boot")
+    return Finding(cid, "drift", observed, expected, msg, fix=fix_of(u, *kinds))
