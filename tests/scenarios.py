@@ -107,6 +107,9 @@ class SmiStub:
                            ("power.default_limit", "default_w"), ("power.min_limit", "min_w"),
                            ("power.max_limit", "max_w")):
             cell[field] = lambda g, key=key: f"{g['power'][key]:.2f} W" if g.get("power") else "[Not Supported]"
+        cell["gpu_recovery_action"] = lambda g: g["health"]["recovery_action"] or "None"
+        cell["remapped_rows.pending"] = lambda g: "Yes" if g["health"]["remapped_rows_pending"] else "No"
+        cell["retired_pages.pending"] = lambda g: "Yes" if g["health"]["retired_pages_pending"] else "No"
         return 0, "".join(", ".join(cell[f](g) for f in fields) + "\n" for g in view["gpus"]), ""
 
 
@@ -140,6 +143,8 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
                 os.symlink(value[3:], target)
         else:
             target.write_bytes(value if isinstance(value, bytes) else value.encode())
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev/kmsg").write_text(machine.kmsg())      # the lab's init binds the model's log there
     for path, _major, _minor in machine.dev_nodes():      # the lab's init makes them as char nodes
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(b"")

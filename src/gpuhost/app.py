@@ -16,6 +16,7 @@ from . import report as rep
 from .inventory import InventoryError, load_and_check
 from .plan import changes as plan_changes
 from .runner import AUDIT_TASK, LOCAL_INVENTORY, PlaybookRun, RunResult
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
 from ansible_collections.gpuhost.stack.plugins.module_utils.runs import end as end_run, register as register_run
 from .options import BadInput, Options, parse_controls, parse_limit
 from .progress import Progress, shown
@@ -377,9 +378,9 @@ class App:
 
     @staticmethod
     def worse_after_reboot(before: dict, after: dict) -> str:
-        """What makes a rebooted host unhealthy: an error, a fix still waiting for a boot, or a
+        """What makes a rebooted host unhealthy: an error, a fix still waiting for a boot, a
         control that passed (or waited for this boot) and now fails, like a GPU driver lost
-        with a new kernel."""
+        with a new kernel, or any health finding (a GPU that did not come back well)."""
         if after.get("error"):
             return after["error"]
         bad = []
@@ -390,6 +391,8 @@ class App:
             if f["status"] in ("pending_reboot", "error"):
                 bad.append(f"{cid} {f['status']}")
             elif f["status"] in ("drift", "manual") and was in ("pass", "pending_reboot", "na", "waived"):
+                bad.append(f"{cid} is {f['status']} ({f['message']})")
+            elif f["status"] == "manual" and cid in BY_ID and BY_ID[cid].kind == "health":
                 bad.append(f"{cid} is {f['status']} ({f['message']})")
         return "; ".join(bad)
 

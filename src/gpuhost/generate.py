@@ -165,7 +165,9 @@ def fix_all(registry: Registry) -> str:
     for role, title in registry.roles.items():
         if not any(c.role == role for c in registry.catalog):
             continue
-        out += [f"    - name: Fix {title}", "      ansible.builtin.import_role:", f"        name: gpuhost.stack.{role}",
+        # a role whose controls have no fix (health: read-only) only says what a person must do
+        verb = "Fix" if any(c.fixable for c in registry.catalog if c.role == role) else "Say what a person must do about"
+        out += [f"    - name: {verb} {title}", "      ansible.builtin.import_role:", f"        name: gpuhost.stack.{role}",
                 "        rolespec_validate: false      # the inventory check validated every variable", ""]
     out[-1:] = ["  always:", "    # also after a failed fix: the report shows what the host is like now",
                 "    - name: Read and judge again what changed", "      ansible.builtin.import_role:",

@@ -22,7 +22,8 @@ def _seconds(stamp: str) -> float:
 def registry(report: dict) -> CollectorRegistry:
     reg = CollectorRegistry()
     status = Gauge("gpuhost_control_status", "A control's status on a host, from gpuhost's last run "
-                   "(1, labelled with the status)", ["host", "control", "status"], registry=reg)
+                   "(1, labelled with the status; kind: setting or health)", ["host", "control", "status", "kind"],
+                   registry=reg)
     reachable = Gauge("gpuhost_host_reachable", "1 if gpuhost read and judged the host, 0 if not",
                       ["host"], registry=reg)
     findings = Gauge("gpuhost_findings", "Findings of the last run, by status", ["status"], registry=reg)
@@ -31,7 +32,7 @@ def registry(report: dict) -> CollectorRegistry:
     for host, h in report["hosts"].items():
         reachable.labels(host=host).set(0 if not h["reachable"] or h.get("error") else 1)
         for f in h["findings"]:
-            status.labels(host=host, control=f["control"], status=f["status"]).set(1)
+            status.labels(host=host, control=f["control"], status=f["status"], kind=f.get("kind", "setting")).set(1)
             findings.labels(status=f["status"]).inc()
     Gauge("gpuhost_last_run_timestamp_seconds", "When gpuhost's last run finished (Unix time)",
           ["mode"], registry=reg).labels(mode=report["mode"]).set(_seconds(report["finished"]))

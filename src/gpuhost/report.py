@@ -46,6 +46,9 @@ def public(finding: dict, changed: bool = False) -> dict:
     """A finding as the report shows it: no internal fix plan."""
     out = {k: finding.get(k) for k in ("control", "status", "observed", "expected", "reboot_required", "message")}
     out["changed"] = bool(changed or finding.get("changed"))
+    # health findings (the hardware's state, read-only) apart from settings, for alerts
+    control = BY_ID.get(finding.get("control"))
+    out["kind"] = control.kind if control else "setting"
     return out
 
 

@@ -330,3 +330,84 @@ def test_a_real_gpu_without_power_management_reads_as_none():
     assert row["power.limit"] == "[Not Supported]" and row["temperature.gpu"] == "52"
     assert devices.smi_power(row) is None
     assert devices._watts("600.00 W") == 600.0 and devices._watts("200.00") == 200.0
+
+
+def _health(tmp_path, log_lines: list[str], bdf: str) -> dict:
+    """health.gpu on the base host, its GPU moved to *bdf*, with the Xids the probe reads
+    in *log_lines*."""
+    import copy
+
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    facts = scenarios.render(scenarios.BASE_HOST, tmp_path / "host").facts()
+    gpu = next(d for d in facts["pci"] if d.get("vendor") == 0x10DE)
+    facts["pci"] = [d for d in facts["pci"] if d is not gpu] + [dict(copy.deepcopy(gpu), bdf=bdf)]
+    facts["nvidia"]["gpus"][0]["bdf"] = bdf
+    facts["kernel_log"] = {"xids": devices.xids_in(log_lines)}
+    return controls.evaluate(facts, {"controls": ["health.gpu"]})["health.gpu"]
+
+
+def test_a_real_xid_79_makes_the_gpu_health_manual_naming_it(tmp_path):
+    """A real H800 host's dmesg when its GPU fell off the bus: the probe finds Xid 79 on
+    0000:5d:00 (the continuation lines of the next record are no Xid), and health.gpu is
+    manual, naming the GPU and the driver's words."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    lines = (DATA / "gpu/dmesg-xid79-h800").read_text().splitlines()
+    assert devices.xids_in(lines) == [{"pci": "0000:5d:00", "xid": 79, "count": 1,
+                                       "message": "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."}]
+    f = _health(tmp_path, lines, "0000:5d:00.0")
+    assert f["status"] == "manual", f
+    assert "0000:5d:00: Xid 79 in this boot's kernel log: pid='<unknown>', name=<unknown>, GPU has fallen off" in f["message"]
+
+
+def test_real_application_xids_leave_the_gpu_healthy(tmp_path):
+    """Six real Xid 13s (an application's Graphics Exception, vLLM on A800s): counted, not the
+    GPU's fault: health.gpu passes."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    lines = (DATA / "gpu/dmesg-xid13-a800").read_text().splitlines()
+    assert [(x["pci"], x["xid"], x["count"]) for x in devices.xids_in(lines)] == [("0000:43:00", 13, 6)]
+    f = _health(tmp_path, lines, "0000:43:00.0")
+    assert f["status"] == "pass", f
+
+
+def test_real_gsp_crashes_of_an_rtx_pro_6000_are_named(tmp_path):
+    """A real RTX PRO 6000 Blackwell's journal over two crashes: Xid 120 (GSP) and 62 are
+    critical, 154 (the recovery action changing) and 45 (a killed channel) are not."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    lines = (DATA / "gpu/journal-xid120-62-rtxpro6000").read_text().splitlines()
+    assert [(x["xid"], x["count"]) for x in devices.xids_in(lines)] == [(45, 1), (62, 1), (120, 1), (154, 2)]
+    f = _health(tmp_path, lines, "0000:01:00.0")
+    assert f["status"] == "manual"
+    assert "0000:01:00: Xid 62" in f["message"] and "0000:01:00: Xid 120" in f["message"]
+    assert "Xid 154" not in f["message"] and "Xid 45" not in f["message"]
+
+
+def test_the_kernel_log_reader_takes_kmsg_records_as_the_kernel_documents_them(tmp_path):
+    """Documentation/ABI/testing/dev-kmsg's example records: the message after the prefix's
+    ';', continuation lines (a leading space) left out."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    log = tmp_path / "kmsg"
+    log.write_text((DATA / "gpu/dev-kmsg-abi-example").read_text())
+    assert devices.read_kmsg(str(log)) == [
+        "pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)",
+        "NET: Registered protocol family 10", "udevd[80]: starting version 181"]
+
+
+def test_a_real_h100s_query_reads_as_healthy_with_its_power_limits():
+    """The probe's reading of a real H100's nvidia-smi --query-gpu CSV (driver 590.48.01): no
+    recovery action ("None"), no remap pending, page retirement not reported ([N/A]: the
+    H100 remaps rows instead), limits 700 W set, enforced and default, 200..700 W."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    header, row = (DATA / "gpu/query-gpu-h100-590").read_text().splitlines()
+    names = [re.sub(r" \[.*\]$", "", n.strip()) for n in header.split(",")]
+    cells = dict(zip(names, (c.strip() for c in row.split(","))))
+    assert len(names) == len(row.split(",")) and cells["pci.bus_id"] == "00000000:00:09.0"
+    assert devices.smi_health(cells) == {"recovery_action": "None", "remapped_rows_pending": False,
+                                         "retired_pages_pending": None}
+    assert devices.smi_power(cells) == {"limit_w": 700.0, "enforced_w": 700.0, "default_w": 700.0, "min_w": 200.0,
+                                        "max_w": 700.0}

@@ -64,6 +64,9 @@ def test_the_prometheus_file_parses_and_says_every_hosts_every_control(tmp_path)
     expected = {(h, f["control"]): f["status"] for h, e in report["hosts"].items() for f in e["findings"]}
     assert current == expected
     assert len(status) == len(expected), "one series a host and control, labelled with its status"
+    # health findings apart from settings, for alerts that page someone to the hardware
+    kinds = {s.labels["control"]: s.labels["kind"] for s in status}
+    assert kinds["health.gpu"] == "health" and kinds["pcie.mrrs"] == "setting", kinds
     up = {s.labels["host"]: s.value for s in families["gpuhost_host_reachable"].samples}
     assert up == {h: 0.0 if not e["reachable"] or e.get("error") else 1.0 for h, e in report["hosts"].items()}
     counts = {s.labels["status"]: s.value for s in families["gpuhost_findings"].samples}
@@ -135,3 +138,17 @@ def test_host_data_never_drives_the_terminal_nor_breaks_junit(tmp_path):
     raw = json.loads((tmp_path / "r.json").read_text())
     messages = [f["message"] for f in raw["hosts"][name]["findings"]]
     assert f"{hostile} enabled" in messages, "the JSON report keeps what the host said (JSON escapes it)"
+
+
+def test_every_finding_says_its_kind_and_a_health_finding_after_a_reboot_stops_the_rollout():
+    from gpuhost.app import App
+
+    report = fleet_report(2)
+    kinds = {f["control"]: f["kind"] for h in report["hosts"].values() for f in h["findings"]}
+    assert kinds["health.gpu"] == "health" and {k for c, k in kinds.items() if c != "health.gpu"} == {"setting"}
+    gpu_dead = {"status": "manual", "message": "0000:01:00.0 does not answer"}
+    before = {"findings": {"health.gpu": gpu_dead, "pcie.link": {"status": "manual", "message": "x8"}}}
+    # a setting that was manual before the reboot and still is: no reason to stop; a GPU
+    # whose health is manual after gpuhost's reboot stops the roll-out, whatever it was before
+    assert App.worse_after_reboot(before, {"findings": {"pcie.link": before["findings"]["pcie.link"]}}) == ""
+    assert App.worse_after_reboot(before, before) == "health.gpu is manual (0000:01:00.0 does not answer)"

@@ -60,6 +60,11 @@ def topology(spec: HostSpec) -> list[CpuTopo]:
     return out
 
 
+# how the NVIDIA driver words the Xids the lab logs, as real logs show them
+# (tests/real_data/SOURCES.md: gpu/xid-*); the rest get the lab's own words
+XID_WORDS = {79: "GPU has fallen off the bus.", 13: "Graphics Exception: ESR 0x52e7b0=0x101000e 0x52e7b4=0x4"}
+
+
 class Machine:
     """The running state of a kind: host machine for one boot."""
 
@@ -386,6 +391,8 @@ class Machine:
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
         t.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(self.power_limit)), self._write_power_limit)
+        # this boot's kernel log, which the host's init binds at /dev/kmsg
+        t.attr("ctl/kmsg", lambda: self.kmsg().encode())
         # the host's init makes these nodes in its /dev (a tmpfs of its own)
         t.attr("ctl/dev", lambda: "".join(f"{p} {ma} {mi}\n" for p, ma, mi in self.dev_nodes()).encode())
 
@@ -428,7 +435,8 @@ class Machine:
                              "link_width_max": dev.link_cap.width if dev.link_cap else 0,
                              "link_width_current": dev.link_sta.width if dev.link_sta else 0,
                              "mrrs": configspace.mrrs(cfg) if dev.is_pcie else None,
-                             "numa_node": dev.numa_node, "power": self._power_view(g)})
+                             "numa_node": dev.numa_node, "power": self._power_view(g),
+                             "health": g.health.model_dump()})
         return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,
                 "userspace": userspace, "cuda_version": nv.cuda_version if nv else None,
                 "gpus": gpus}
@@ -565,6 +573,19 @@ class Machine:
             if target in ("all", bdf):
                 self.persistence[bdf] = state == "1"
 
+    def kmsg(self) -> str:
+        """This boot's kernel log as /dev/kmsg gives it ("level,seq,usec,flags;message",
+        Documentation/ABI/testing/dev-kmsg): a first line, then each GPU's Xids as the NVIDIA
+        driver words them (real logs: tests/real_data/SOURCES.md); a GPU that fell off the bus
+        logs Xid 79 as it goes."""
+        records = [(6, f"Linux version {self.boot.release} (gpuhost lab kernel model)")]
+        for gpu in (self.spec.nvidia.gpus if self.spec.nvidia else []):
+            xids = list(gpu.health.xids) + ([79] if gpu.health.off_bus and 79 not in gpu.health.xids else [])
+            for xid in xids:
+                records.append((4, f"NVRM: Xid (PCI:{gpu.bdf[:-2]}): {xid}, pid='<unknown>', name=<unknown>, "
+                                   + XID_WORDS.get(xid, "an error the lab does not word")))
+        return "".join(f"{level},{seq},{seq * 1000},-;{msg}\n" for seq, (level, msg) in enumerate(records))
+
     def _power_view(self, gpu) -> dict | None:
         if gpu.power is None:
             return None
@@ -622,30 +643,6 @@ class GuestMachine:
 
     def _read_only(self, value: bytes) -> None:
         raise OSError(errno.EROFS, "Read-only file system")
-
-    def _power_view(self, gpu) -> dict | None:
-        if gpu.power is None:
-            return None
-        limit = self.power_limit[gpu.bdf]
-        # the enforced limit is the lowest of the one set and any external cap
-        enforced = min(limit, gpu.power.enforced_w) if gpu.power.enforced_w is not None else limit
-        return {"limit_w": limit, "enforced_w": enforced, "default_w": gpu.power.default_w,
-                "min_w": gpu.power.min_w, "max_w": gpu.power.max_w}
-
-    def _write_power_limit(self, value: bytes) -> None:
-        """"<bdf> <watts>" from nvidia-smi -pl. Without persistence mode the driver tears the
-        GPU's state down when its last client (nvidia-smi itself) exits, and the limit goes
-        back to the default (nvidia-smi's own warning): the write is taken and lost."""
-        target, _, watts = _word(value).partition(" ")
-        if target not in self.power_limit or not watts.isdigit():
-            raise einval()
-        if not self.boot.nvidia_loaded:
-            raise OSError(errno.ENODEV, "No such device")
-        gpu = next(g for g in self.spec.nvidia.gpus if g.bdf == target)
-        if not gpu.power.min_w <= int(watts) <= gpu.power.max_w:
-            raise einval()
-        if self.persistence.get(target):
-            self.power_limit[target] = int(watts)
 
     def _write_reboot(self, value: bytes) -> None:
         if _word(value) not in ("reboot", "poweroff", "halt"):

@@ -358,3 +358,44 @@ def test_storage_scheduler(view: View):
             assert "[none]" in sched or "[" not in sched, f"{disk}: {sched}"
     if not judged:
         view.skip("no non-rotational disk that offers the none scheduler")
+
+
+# Xids that mean the GPU needs a person (Azure's HPC health checks); 13, 31, 43 are applications'
+CRITICAL_XIDS = {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120}
+# this boot's kernel log, read as dmesg does (/dev/kmsg, non-blocking: the end is EAGAIN)
+READ_KMSG = ("import os, errno\n"
+             "fd = os.open('/dev/kmsg', os.O_RDONLY | os.O_NONBLOCK)\n"
+             "while True:\n"
+             "    try:\n"
+             "        b = os.read(fd, 8192)\n"
+             "    except OSError as e:\n"
+             "        if e.errno == errno.EPIPE: continue\n"
+             "        break\n"
+             "    if not b: break\n"
+             "    print(b.decode('utf-8', 'replace').rstrip())\n")
+
+
+def test_health_gpu(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    gpus = [b for b in view.gpus if _driver(view, b) != "vfio-pci"]
+    if not gpus:
+        view.skip(NO_GPU)
+    for bdf in gpus:
+        # a device that fell off the bus answers every config read with all ones
+        head = view.host.run(f"od -An -tx1 -N4 /sys/bus/pci/devices/{bdf}/config").stdout.split()
+        assert head != ["ff"] * 4, f"{bdf} does not answer (config space all ones)"
+    log = view.host.run(f"python3 -c {shlex.quote(READ_KMSG)}")
+    assert log.rc == 0, f"cannot read the kernel log: {log.stderr.strip()}"
+    xids = re.findall(r"NVRM: Xid \(PCI:([0-9a-f:]+)\): (\d+),", log.stdout, re.I)
+    critical = sorted({f"{pci} Xid {x}" for pci, x in xids if int(x) in CRITICAL_XIDS})
+    assert not critical, f"critical Xids in this boot's kernel log: {', '.join(critical)}"
+    res = view.host.run("nvidia-smi --query-gpu=pci.bus_id,gpu_recovery_action,remapped_rows.pending,"
+                        "retired_pages.pending --format=csv,noheader")
+    if "is not a valid field" in res.stdout + res.stderr:
+        view.skip("this driver's nvidia-smi reports no recovery action or remap (the GPUs answer, no critical Xid)")
+    assert res.rc == 0, f"nvidia-smi cannot say the GPUs' health: {(res.stdout + res.stderr).strip()}"
+    for line in res.stdout.strip().splitlines():
+        bus, action, remap, retire = (c.strip() for c in line.split(","))
+        assert action in ("None", "[N/A]"), f"{bus}: the driver asks for {action}"
+        assert remap != "Yes" and retire != "Yes", f"{bus}: a memory remap or retirement is pending"

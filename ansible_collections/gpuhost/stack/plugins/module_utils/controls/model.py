@@ -50,6 +50,8 @@ class Control:
     params: tuple[Param, ...] = ()
     host_level: bool = True          # judged on the host, na inside a container
     role_tasks: str | None = None    # a task file of the role's own, run after the fix (lxc's restart)
+    kind: str = "setting"            # "setting" (the stack's configuration) | "health" (read-only: the
+                                     # hardware's state; never fixed, stops a reboot roll-out)
 
 
 @dataclass

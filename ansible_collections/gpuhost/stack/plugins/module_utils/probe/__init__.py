@@ -72,7 +72,7 @@ class Probe(BootProbe, CpuProbe, DevicesProbe, ProxmoxProbe, SysctlProbe, UnitsP
     def gather(self):
         facts = {}
         for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "lockdown", "nvidia", "lxc", "vms", "block", "units"):
+                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "vms", "block", "units"):
             facts[name] = self.section(name, getattr(self, "probe_" + name))
         facts["errors"] = self.errors
         facts["is_root"] = os.geteuid() == 0

@@ -11,7 +11,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig impo
 __metaclass__ = type
 
 class DevicesProbe:
-    """Probe sections: probe_iommu, probe_pci, probe_lockdown, probe_nvidia, probe_block (a part of probe.Probe)."""
+    """Probe sections: probe_iommu, probe_pci, probe_lockdown, probe_nvidia, probe_kernel_log, probe_block (a part of probe.Probe)."""
 
     def probe_iommu(self):
         units = [os.path.basename(p) for p in self.glob("/sys/class/iommu/*")]
@@ -121,11 +121,15 @@ class DevicesProbe:
             out["gpus"].append({"index": int(row["index"]), "bdf": bus[4:] if len(bus) == 16 else bus,
                                 "name": row["name"], "compute_cap": row.get("compute_cap"),
                                 "persistence": row["persistence_mode"] == "Enabled",
-                                "power": smi_power(row)})
+                                "power": smi_power(row), "health": smi_health(row)})
             out["userspace"] = row["driver_version"]
         if not out["gpus"] and "No devices were found" in text:
             out["no_devices"] = True
         return out
+
+    def probe_kernel_log(self):
+        """The NVIDIA driver's Xids in this boot's kernel log (/dev/kmsg: root, or CAP_SYSLOG)."""
+        return {"xids": xids_in(read_kmsg(self.p("/dev/kmsg")))}
 
     def probe_block(self):
         out = []
@@ -145,7 +149,8 @@ class DevicesProbe:
 # that every driver since R450 answers, then fields a driver may not know
 SMI_CORE = ("index", "pci.bus_id", "name", "driver_version", "persistence_mode")
 SMI_FIELDS = SMI_CORE + ("compute_cap", "power.limit", "enforced.power.limit", "power.default_limit",
-                         "power.min_limit", "power.max_limit")
+                         "power.min_limit", "power.max_limit", "gpu_recovery_action", "remapped_rows.pending",
+                         "retired_pages.pending")
 POWER_FIELDS = (("limit_w", "power.limit"), ("enforced_w", "enforced.power.limit"), ("default_w", "power.default_limit"),
                 ("min_w", "power.min_limit"), ("max_w", "power.max_limit"))
 
@@ -162,3 +167,74 @@ def smi_power(row):
     if power["limit_w"] is None or power["default_w"] is None:
         return None
     return power
+
+
+def _yes_no(cell):
+    """nvidia-smi's Yes/No; [N/A] (a GPU without the feature: H100 has no page retirement)
+    or a field the driver does not know is None."""
+    cell = (cell or "").strip()
+    return True if cell == "Yes" else False if cell == "No" else None
+
+
+def smi_health(row):
+    """What the driver says of a GPU's health: the recovery action it asks for ("None" when
+    none; nvidia-smi --help-query-gpu: gpu_recovery_action), and whether a row remap or a
+    page retirement waits for the next reset."""
+    action = (row.get("gpu_recovery_action") or "").strip()
+    return {"recovery_action": action if action and not action.startswith("[") and action != "N/A" else None,
+            "remapped_rows_pending": _yes_no(row.get("remapped_rows.pending")),
+            "retired_pages_pending": _yes_no(row.get("retired_pages.pending"))}
+
+
+# an Xid as the NVIDIA driver logs it: "NVRM: Xid (PCI:0000:5d:00): 79, pid=..., GPU has fallen
+# off the bus." (the function number is not printed)
+XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\): (\d+),\s*(.*)")
+XID_KEPT = 256          # distinct (GPU, Xid) pairs kept; the kernel's buffer bounds the rest
+
+
+def xids_in(lines):
+    """The Xids in kernel log lines (/dev/kmsg records, dmesg or journal lines alike): one
+    entry per GPU and Xid, with how often it came and its last message."""
+    seen = {}
+    for line in lines:
+        m = XID.search(line)
+        if not m:
+            continue
+        key = (m.group(1).lower(), int(m.group(2)))
+        if key not in seen and len(seen) >= XID_KEPT:
+            continue
+        entry = seen.setdefault(key, {"pci": key[0], "xid": key[1], "count": 0})
+        entry["count"] += 1
+        entry["message"] = m.group(3).strip()[:200]
+    return sorted(seen.values(), key=lambda e: (e["pci"], e["xid"]))
+
+
+KMSG_RECORDS = 200000   # at most this many records: the buffer is bounded, a log flood is not
+
+
+def read_kmsg(path):
+    """This boot's kernel log from /dev/kmsg, read and never written: one record a read
+    (Documentation/ABI/testing/dev-kmsg: "prefix;message", continuation lines start with a
+    space), non-blocking, so the end of the buffer is EAGAIN; EPIPE means records were
+    overwritten meanwhile, and reading goes on. A plain file (a test's tree) reads the same."""
+    import errno as _errno
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    lines = []
+    try:
+        for _ in range(KMSG_RECORDS):
+            try:
+                chunk = os.read(fd, 8192)
+            except OSError as exc:
+                if exc.errno == _errno.EPIPE:
+                    continue
+                if exc.errno == _errno.EAGAIN:
+                    break
+                raise
+            if not chunk:
+                break
+            for line in chunk.decode("utf-8", "replace").splitlines():
+                if line and not line.startswith(" "):
+                    lines.append(line.split(";", 1)[1] if ";" in line.split(" ", 1)[0] else line)
+    finally:
+        os.close(fd)
+    return lines

@@ -1,0 +1,73 @@
+"""health.gpu: Every NVIDIA GPU answers and reports nothing wrong (read-only, never fixed).
+"""
+from __future__ import annotations
+
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
+
+CONTROL = Control(
+    id="health.gpu",
+    title="Every NVIDIA GPU answers and reports nothing wrong",
+    role="health",
+    fixable=False,
+    reboot="-",
+    kind="health",
+    rationale=("A GPU that fell off the bus, waits for a reset or logged a critical Xid serves nothing however well "
+               "the stack is set; its other findings (MaxReadReq, link) are symptoms, and a roll-out that reboots "
+               "hosts must stop at one that comes back with it"),
+    references=("NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors)",
+                "NVIDIA GPU memory error management: row remapping, page retirement, recovery actions",
+                "nvidia-smi --help-query-gpu: gpu_recovery_action, remapped_rows.pending, retired_pages.pending",
+                "Documentation/ABI/testing/dev-kmsg", "Azure/azurehpc-health-checks: critical Xids"),
+    passes=("every NVIDIA GPU's config space answers (not all ones), the driver asks for no recovery action and has "
+            "no row remap or page retirement pending, and this boot's kernel log has no critical Xid (48 56 57 58 62 "
+            "63 64 65 68 69 73 74 79 80 81 92 119 120); health findings stop a reboot roll-out"),
+    repair="manual: never fixed; reset or drain the GPU as the driver asks, or replace it",
+    facts=("pci", "nvidia", "kernel_log"),
+)
+
+
+# Xids that mean the GPU (or its memory, NVLink or firmware) needs a person, as Azure's
+# HPC health checks list them; application faults (13, 31, 43, ...) are left out
+CRITICAL_XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120)
+
+
+def judge(h: Host) -> Finding:
+    cid = CONTROL.id
+    # every NVIDIA GPU function the host sees, driven or not: a dead one is still there
+    gpus = [g for g in h.gpus if g.get("driver") != "vfio-pci"]
+    if not gpus:
+        return na(cid, "no NVIDIA GPU the host drives")
+    problems: list[str] = []
+    for g in gpus:
+        if g.get("dead"):
+            problems.append(f"{g['bdf']} does not answer (config space reads all ones: fallen off the bus)")
+    nv = h.section("nvidia") or {}
+    for g in nv.get("gpus") or []:
+        health = g.get("health") or {}
+        action = health.get("recovery_action")
+        if action and action != "None":
+            problems.append(f"{g['bdf']}: the driver asks for a recovery action: {action}")
+        if health.get("remapped_rows_pending"):
+            problems.append(f"{g['bdf']}: a memory row remap is pending (it takes effect at a GPU reset)")
+        if health.get("retired_pages_pending"):
+            problems.append(f"{g['bdf']}: a memory page retirement is pending (it takes effect at a GPU reset)")
+    log = h.section("kernel_log")
+    if log is not None:
+        for x in log.get("xids") or []:
+            if x["xid"] in CRITICAL_XIDS:
+                times = f" ({x['count']} times)" if x.get("count", 1) > 1 else ""
+                problems.append(f"{x['pci']}: Xid {x['xid']} in this boot's kernel log{times}: {x.get('message', '')}")
+    observed_ok = f"{len(gpus)} GPUs answer, no recovery action, no pending remap, no critical Xid"
+    if problems:
+        return Finding(cid, "manual", "; ".join(problems), "every GPU healthy",
+                       "; ".join(problems) + ": drain the GPU's work, then reset it (nvidia-smi -r) or reboot as the "
+                       "driver asks; a GPU that keeps failing goes back to its vendor")
+    if h.section("nvidia") is None:
+        return error(cid, h.errors.get("nvidia", "cannot read the NVIDIA driver"))
+    if not nv.get("gpus"):
+        # what the driver would say of its GPUs is unknown, never taken as all clear
+        return error(cid, "the NVIDIA driver reports no GPU" + (f" ({nv['smi_error']})" if nv.get("smi_error") else "")
+                     + ": the GPUs' recovery actions and pending remaps are unknown")
+    if log is None:
+        return error(cid, "cannot read this boot's kernel log for Xids: " + h.errors.get("kernel_log", "unknown"))
+    return Finding(cid, "pass", observed_ok, "every GPU healthy", f"{len(gpus)} GPUs healthy")
