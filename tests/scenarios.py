@@ -107,6 +107,7 @@ class SmiStub:
                            ("power.default_limit", "default_w"), ("power.min_limit", "min_w"),
                            ("power.max_limit", "max_w")):
             cell[field] = lambda g, key=key: f"{g['power'][key]:.2f} W" if g.get("power") else "[Not Supported]"
+        cell["memory.total"] = lambda g: f"{g['memory_mib']} MiB"
         cell["gpu_recovery_action"] = lambda g: g["health"]["recovery_action"] or "None"
         cell["remapped_rows.pending"] = lambda g: "Yes" if g["health"]["remapped_rows_pending"] else "No"
         cell["retired_pages.pending"] = lambda g: "Yes" if g["health"]["retired_pages_pending"] else "No"

@@ -14,7 +14,7 @@ from test_seed import SEED_EXPECTED
 
 def changed_controls(output: str, host: str) -> set[str]:
     """The controls whose tasks (named "... | <control>") reported a change on *host*."""
-    return set(re.findall(r"^TASK \[[^\]]* \| ([a-z_]+\.[a-z_]+)\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[%s\]"
+    return set(re.findall(r"^TASK \[[^\]]* \| ([a-z_]+\.[a-z0-9_]+)\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[%s\]"
                           % re.escape(host), output, re.M))
 
 
@@ -47,7 +47,7 @@ def test_list_tags_lists_every_control_and_a_tag_runs_that_control_alone(make_la
 
     listed = playbook_at(None, "--list-tags")
     assert listed.returncode == 0, listed.stderr
-    tags = set(re.findall(r"[a-z]+\.[a-z_]+", listed.stdout.split("TASK TAGS:")[-1]))
+    tags = set(re.findall(r"[a-z]+\.[a-z0-9_]+", listed.stdout.split("TASK TAGS:")[-1]))
     assert {c.id for c in CATALOG} <= tags, {c.id for c in CATALOG} - tags
     lab = make_lab(SEED_HOST)
     before = lab.out("pve-gpu1", "cat /etc/kernel/cmdline")

@@ -411,3 +411,42 @@ def test_a_real_h100s_query_reads_as_healthy_with_its_power_limits():
                                          "retired_pages_pending": None}
     assert devices.smi_power(cells) == {"limit_w": 700.0, "enforced_w": 700.0, "default_w": 700.0, "min_w": 200.0,
                                         "max_w": 700.0}
+
+
+def test_the_resizable_bar_capability_of_a_real_device():
+    """pciutils' real dump of an AMD Fiji: its Physical Resizable BAR capability at 0x200,
+    which the real lspci decodes as "BAR 0: current size: 256MB, supported: 256MB 512MB 1GB
+    2GB 4GB", is what the probe reads."""
+    assert probe.parse_config(dumps("cap-rebar")["09:00.0"])["rebar"] == [
+        {"bar": 0, "sizes_mib": [256, 512, 1024, 2048, 4096], "current_mib": 256}]
+
+
+def _lspci_bars(name: str) -> dict:
+    """The facts the probe reads from sysfs `resource` and the Resizable BAR capability, as a
+    real `lspci -vv` prints them: "Region N: Memory at ... (64-bit, prefetchable) [size=..]"
+    and "BAR N: current size: .., supported: ..", sizes in MiB."""
+    unit = {"M": 1, "G": 1024}
+    text = (DATA / "gpu" / name).read_text()
+    resources = [{"index": int(i), "mib": int(n) * unit[u], "prefetch": "non-prefetchable" not in kind,
+                  "mem64": kind.startswith("64-bit")}
+                 for i, kind, n, u in re.findall(r"Region (\d+): Memory at \S+ \(([^)]+)\) \[size=(\d+)([MG])\]", text)]
+    physical = text.split("Physical Resizable BAR", 1)[1].split("Capabilities:", 1)[0]
+    rebar = [{"bar": int(b), "current_mib": int(c) * unit[cu],
+              "sizes_mib": [int(n) * unit[u] for n, u in re.findall(r"(\d+)([MG])B", sizes)]}
+             for b, c, cu, sizes in re.findall(r"BAR (\d+): current size: (\d+)([MG])B, supported: ([^\n]*)", physical)]
+    return {"resources": resources, "rebar": rebar}
+
+
+@pytest.mark.parametrize("name, status, says", [
+    # firmware with Resizable BAR off: 256 MB where 64 GB is offered
+    ("lspci-vv-rtxa6000-rebar-off", "manual", "0000:01:00.0 BAR1 is 256 MiB; its Resizable BAR offers up to 64 GiB"),
+    # on: the 128 GB aperture is the largest offered (and holds the 96 GB framebuffer)
+    ("lspci-vv-rtxpro6000-rebar-on", "pass", "map their whole framebuffer or the largest aperture offered"),
+])
+def test_the_framebuffer_aperture_of_real_gpus(tmp_path, name, status, says):
+    facts = scenarios.render(scenarios.BASE_HOST, tmp_path / "host").facts()
+    gpu = next(d for d in facts["pci"] if d.get("vendor") == 0x10DE)
+    gpu.update(_lspci_bars(name))
+    facts["nvidia"]["gpus"][0]["memory_mib"] = None     # lspci does not say it: judged on the capability
+    f = controls.evaluate(facts, {"controls": ["pcie.bar1"]})["pcie.bar1"]
+    assert f["status"] == status and says in f["message"], f

@@ -35,8 +35,15 @@ def _put32(buf: bytearray, off: int, val: int) -> None:
     struct.pack_into("<I", buf, off, val & 0xFFFFFFFF)
 
 
-def build(dev: PciDevice, secondary: int = 0, subordinate: int = 0) -> tuple[bytearray, bytearray]:
-    """Return (config bytes, write mask) for *dev* as firmware leaves it."""
+ECAP_ID_REBAR = 0x0015   # Resizable BAR (include/uapi/linux/pci_regs.h: PCI_EXT_CAP_ID_REBAR)
+ECAP_REBAR = 0x200
+
+
+def build(dev: PciDevice, secondary: int = 0, subordinate: int = 0,
+          rebar: tuple[int, list[int], int] | None = None) -> tuple[bytearray, bytearray]:
+    """Return (config bytes, write mask) for *dev* as firmware leaves it; *rebar*: a
+    Resizable BAR capability for one BAR (its index, the sizes it offers and its current
+    size, in MiB)."""
     size = SIZE_PCIE if dev.is_pcie else SIZE_CONVENTIONAL
     cfg = bytearray(size)
     mask = bytearray(size)
@@ -101,6 +108,18 @@ def build(dev: PciDevice, secondary: int = 0, subordinate: int = 0) -> tuple[byt
         _put16(cfg, ECAP_ACS + 4, ACS_CAP_BITS | dev.acs_ctrl)
         _put16(cfg, ECAP_ACS + 6, dev.acs_ctrl)
         _put16(mask, ECAP_ACS + 6, ACS_CAP_BITS | dev.acs_ctrl)
+    if rebar is not None:
+        if dev.acs_ctrl is not None:
+            _put32(cfg, ECAP_ACS, 0x000D | (1 << 16) | (ECAP_REBAR << 20))
+            at = ECAP_REBAR
+        else:
+            at = 0x100
+        bar, sizes, current = rebar
+        # PCI_REBAR_CAP: bit 4 + n offers 2^n MiB; PCI_REBAR_CTRL: BAR index (2:0), number of
+        # resizable BARs (7:5), current size as n of 2^n MiB (13:8)
+        _put32(cfg, at, ECAP_ID_REBAR | (1 << 16))
+        _put32(cfg, at + 4, sum(1 << (4 + (s.bit_length() - 1)) for s in sizes))
+        _put32(cfg, at + 8, bar | (1 << 5) | ((current.bit_length() - 1) << 8))
     return cfg, mask
 
 

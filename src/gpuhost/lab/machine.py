@@ -95,7 +95,11 @@ class Machine:
         bus_range = self._bus_ranges()
         for dev in spec.pci:
             sec, sub = bus_range.get(dev.bdf, (0, 0))
-            self.config[dev.bdf] = configspace.build(dev, sec, sub)
+            gpu = self._gpu_spec(dev.bdf)
+            # the GPU's framebuffer aperture is resizable from 64 MiB up to what its firmware offers
+            rebar = ((gpu.aperture_bar, [1 << n for n in range(6, gpu.rebar_top_mib.bit_length())], gpu.aperture_mib)
+                     if gpu is not None and dev.is_pcie and gpu.rebar_top_mib else None)
+            self.config[dev.bdf] = configspace.build(dev, sec, sub, rebar)
             self._boot_acs(dev)
         for gpu in (spec.nvidia.gpus if spec.nvidia else []):
             if gpu.health.off_bus and gpu.bdf in self.config:
@@ -292,7 +296,7 @@ class Machine:
             t.attr(f"{path}/enable", text(1))
             # drivers/pci/probe.c: devices behind an external-facing port are untrusted and removable
             t.attr(f"{path}/removable", text("removable" if dev.untrusted else "unknown"))
-            t.attr(f"{path}/resource", b"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13)
+            t.attr(f"{path}/resource", self._resources(dev).encode())
             if dev.is_pcie:
                 speeds = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
                 t.attr(f"{path}/max_link_speed", text(speeds[dev.link_cap.gen]))
@@ -310,6 +314,30 @@ class Machine:
             for dev in self.spec.pci:
                 if self.driver_of(dev) == drv or (drv == "pcieport" and dev.is_bridge and not self.driver_of(dev)):
                     t.link(f"sys/bus/pci/drivers/{drv}/{dev.bdf}", "../../../../" + self.dev_path(dev.bdf).removeprefix("sys/"))
+
+    def _gpu_spec(self, bdf: str):
+        return next((g for g in (self.spec.nvidia.gpus if self.spec.nvidia else []) if g.bdf == bdf), None)
+
+    def _resources(self, dev) -> str:
+        """sysfs `resource`: start, end and flags of each BAR, the ROM and the SR-IOV BARs
+        (13 lines; drivers/pci/pci-sysfs.c resource_show). An NVIDIA GPU has its registers,
+        its framebuffer aperture and a 32 MiB window, as lspci shows real ones
+        (tests/real_data/SOURCES.md): an RTX A6000 16M 32-bit, the aperture at region 1, 32M
+        at 3; an RTX PRO 6000 Blackwell 64M, the aperture at 2, 32M at 4, all 64-bit
+        prefetchable. Flags: IORESOURCE_MEM 0x200, _PREFETCH 0x2000, _MEM_64 0x100000
+        (include/linux/ioport.h), and the BAR's own low bits."""
+        lines = [(0, 0, 0)] * 13
+        gpu = self._gpu_spec(dev.bdf)
+        if gpu is not None:
+            base = 0x100000000000 * (int(dev.bdf[5:7], 16) + 1)
+            aperture = gpu.aperture_mib << 20
+            if gpu.aperture_bar == 2:
+                lines[0] = (base, base + (64 << 20) - 1, 0x14220C)
+            else:
+                lines[0] = (0xE0000000 + (int(dev.bdf[5:7], 16) << 24), 0xE0000000 + (int(dev.bdf[5:7], 16) << 24) + (16 << 20) - 1, 0x40200)
+            lines[gpu.aperture_bar] = (base + aperture, base + 2 * aperture - 1, 0x14220C)
+            lines[gpu.aperture_bar + 2] = (base + 2 * aperture, base + 2 * aperture + (32 << 20) - 1, 0x14220C)
+        return "".join(f"0x{a:016x} 0x{b:016x} 0x{f:016x}\n" for a, b, f in lines)
 
     def _render_iommu(self, t: Tree) -> None:
         t.mkdir("sys/kernel/iommu_groups")

@@ -238,6 +238,24 @@ class Gpu(_Strict):
     uuid: str
     health: GpuHealth = Field(default_factory=GpuHealth)
     power: Optional[GpuPower] = None      # absent: the GPU reports no power management
+    # the framebuffer aperture (resource 2 from compute capability 10.0, else 1) and the
+    # largest size its Resizable BAR capability offers (hostspec.md); default: the next power
+    # of two at or above the framebuffer, as firmware with Above 4G Decoding and ReBAR sets it;
+    # rebar_max_mib 0: no Resizable BAR capability (a GPU with a fixed aperture, like a V100)
+    bar_mib: Optional[int] = Field(default=None, ge=1)
+    rebar_max_mib: Optional[int] = Field(default=None, ge=0)
+
+    @property
+    def aperture_mib(self) -> int:
+        return self.bar_mib or 1 << (self.memory_mib - 1).bit_length()
+
+    @property
+    def rebar_top_mib(self) -> int:
+        return self.aperture_mib if self.rebar_max_mib is None else self.rebar_max_mib
+
+    @property
+    def aperture_bar(self) -> int:
+        return 2 if tuple(int(x) for x in self.compute_cap.split(".")) >= (10, 0) else 1
 
     @field_validator("compute_cap")
     @classmethod

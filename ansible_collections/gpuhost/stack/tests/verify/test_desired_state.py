@@ -157,6 +157,39 @@ def test_pcie_acs(view: View):
                 assert "ReqRedir+" not in ctl.group(0) and "CmpltRedir+" not in ctl.group(0) and "EgressCtrl+" not in ctl.group(0), block.split()[0]
 
 
+def _mib(size: str, unit: str) -> int:
+    """lspci's sizes (64M, 128G; 64MB, 128GB) in MiB."""
+    return int(size) * {"M": 1, "G": 1 << 10, "T": 1 << 20}[unit] if unit != "K" else int(size) >> 10
+
+
+def test_pcie_bar1(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    gpus = [b for b in view.gpus if _driver(view, b) != "vfio-pci"]
+    if not gpus:
+        view.skip(NO_GPU + " (functions bound to vfio-pci are the VMs')")
+    res = view.host.run("nvidia-smi --query-gpu=pci.bus_id,memory.total --format=csv,noheader,nounits")
+    memory = {}
+    for line in res.stdout.splitlines() if res.rc == 0 else []:
+        bus, mib = (c.strip() for c in line.split(","))
+        memory[bus.lower()[4:]] = int(mib)
+    for bdf in gpus:
+        vv = _lspci_vv(view, bdf)
+        # the framebuffer aperture: the largest 64-bit prefetchable memory region, as lspci reads it
+        regions = [(int(i), _mib(n, u)) for i, n, u in
+                   re.findall(r"Region (\d+): Memory at \S+ \(64-bit, prefetchable\) \[size=(\d+)([KMGT])\]", vv)]
+        assert regions, f"{bdf}: no 64-bit prefetchable memory region"
+        index, size = max(regions, key=lambda r: r[1])
+        rebar = re.search(rf"BAR {index}: current size: \S+, supported: ([^\n]*)", vv)
+        offered = max((_mib(n, u[0]) for n, u in re.findall(r"(\d+)([KMGT]B)", rebar.group(1))), default=0) if rebar else None
+        fb = memory.get(bdf)
+        if fb is not None and size >= fb:
+            continue
+        assert offered is not None or fb is not None, f"{bdf}: no memory reported and no Resizable BAR to compare"
+        if offered is not None:
+            assert size >= offered, f"{bdf}: BAR{index} is {size} MiB; Resizable BAR offers {offered} MiB"
+
+
 def test_iommu_mode(view: View):
     if not host_level(view):
         view.skip(CONTAINER)

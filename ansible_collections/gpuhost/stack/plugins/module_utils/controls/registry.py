@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import (
     cpu_cstates, cpu_driver, cpu_governor, health_gpu, iommu_mode, kernel_reboot_pending, kernel_version,
-    lxc_gpu_passthrough, numa_balancing, numa_gpu_affinity, nvidia_driver, nvidia_persistence, nvidia_power_limit, pcie_acs, pcie_link,
-    pcie_mrrs, storage_scheduler)
+    lxc_gpu_passthrough, numa_balancing, numa_gpu_affinity, nvidia_driver, nvidia_persistence, nvidia_power_limit, pcie_acs, pcie_bar1,
+    pcie_link, pcie_mrrs, storage_scheduler)
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, Param
 
 CONTROL_MODULES = (cpu_driver, cpu_governor, cpu_cstates, numa_balancing, numa_gpu_affinity, pcie_mrrs, pcie_link,
-                   pcie_acs, iommu_mode, kernel_version, kernel_reboot_pending, nvidia_driver, nvidia_persistence,
+                   pcie_acs, pcie_bar1, iommu_mode, kernel_version, kernel_reboot_pending, nvidia_driver, nvidia_persistence,
                    nvidia_power_limit, lxc_gpu_passthrough, storage_scheduler, health_gpu)
 
 # each control role, as the play names its fixes ("Fix the CPU controls"), in play order

@@ -47,6 +47,8 @@ class DevicesProbe:
                 dev["config_error"] = "only the first 64 bytes of config space are readable without root"
                 unreadable.append(bdf)
             dev.update(parse_config(cfg))
+            if dev["vendor"] == 0x10DE and (dev["class"] or 0) >> 16 == 0x03:
+                dev["resources"] = parse_resources(self.read(rel + "/resource") or "")
             devices.append(dev)
         if unreadable:
             self.errors["pci"] = "config space of %d devices needs root to read" % len(unreadable)
@@ -121,6 +123,7 @@ class DevicesProbe:
             out["gpus"].append({"index": int(row["index"]), "bdf": bus[4:] if len(bus) == 16 else bus,
                                 "name": row["name"], "compute_cap": row.get("compute_cap"),
                                 "persistence": row["persistence_mode"] == "Enabled",
+                                "memory_mib": _mib(row.get("memory.total")),
                                 "power": smi_power(row), "health": smi_health(row)})
             out["userspace"] = row["driver_version"]
         if not out["gpus"] and "No devices were found" in text:
@@ -148,7 +151,7 @@ class DevicesProbe:
 # what nvidia-smi --query-gpu is asked for each GPU (nvidia-smi --help-query-gpu): the core
 # that every driver since R450 answers, then fields a driver may not know
 SMI_CORE = ("index", "pci.bus_id", "name", "driver_version", "persistence_mode")
-SMI_FIELDS = SMI_CORE + ("compute_cap", "power.limit", "enforced.power.limit", "power.default_limit",
+SMI_FIELDS = SMI_CORE + ("compute_cap", "memory.total", "power.limit", "enforced.power.limit", "power.default_limit",
                          "power.min_limit", "power.max_limit", "gpu_recovery_action", "remapped_rows.pending",
                          "retired_pages.pending")
 POWER_FIELDS = (("limit_w", "power.limit"), ("enforced_w", "enforced.power.limit"), ("default_w", "power.default_limit"),
@@ -238,3 +241,29 @@ def read_kmsg(path):
     finally:
         os.close(fd)
     return lines
+
+
+def _mib(cell):
+    m = re.match(r"^(\d+)(?: MiB)?$", (cell or "").strip())
+    return int(m.group(1)) if m else None
+
+
+# include/linux/ioport.h
+IORESOURCE_MEM, IORESOURCE_PREFETCH, IORESOURCE_MEM_64 = 0x200, 0x2000, 0x100000
+
+
+def parse_resources(text):
+    """sysfs `resource` (drivers/pci/pci-sysfs.c resource_show): a line per resource, BARs
+    0-5 first, "start end flags" in hex; the memory BARs with their size in MiB."""
+    out = []
+    for index, line in enumerate(text.splitlines()[:6]):
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        start, end, flags = (int(p, 16) for p in parts)
+        if not end or not flags & IORESOURCE_MEM:
+            continue
+        out.append({"index": index, "mib": (end - start + 1) >> 20, "prefetch": bool(flags & IORESOURCE_PREFETCH),
+                    "mem64": bool(flags & IORESOURCE_MEM_64)})
+    return out
+

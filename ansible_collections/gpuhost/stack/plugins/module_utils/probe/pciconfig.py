@@ -10,6 +10,7 @@ __metaclass__ = type
 CAP_ID_EXP = 0x10
 
 ECAP_ID_ACS = 0x000D
+ECAP_ID_REBAR = 0x0015      # Physical Resizable BAR (include/uapi/linux/pci_regs.h: PCI_EXT_CAP_ID_REBAR)
 
 MPS_SIZES = (128, 256, 512, 1024, 2048, 4096)
 
@@ -51,11 +52,31 @@ def parse_config(cfg):
             out["acs_cap"] = off
             out["acs_caps"] = struct.unpack_from("<H", cfg, off + 4)[0]     # ACS Capability register
             out["acs_ctrl"] = struct.unpack_from("<H", cfg, off + 6)[0]
+        if header & 0xFFFF == ECAP_ID_REBAR and len(cfg) >= off + 16:
+            out["rebar"] = _rebar(cfg, off)
         off = (header >> 20) & 0xFFC
         seen += 1
         if off == 0:
             break
     return out
+
+def _rebar(cfg, off):
+    """Each resizable BAR: its index, the sizes it offers and its current size, in MiB.
+    PCI_REBAR_CAP (off + 4 + 8n): bit 4 + i offers 2^i MiB; PCI_REBAR_CTRL (off + 8 + 8n):
+    BAR index in bits 2:0, the number of resizable BARs in 7:5 (first entry), the current
+    size as i of 2^i MiB in 13:8 (include/uapi/linux/pci_regs.h; drivers/pci/rebar.c)."""
+    first = struct.unpack_from("<I", cfg, off + 8)[0]
+    count = min((first >> 5) & 0x7, 6) or 1
+    bars = []
+    for n in range(count):
+        if len(cfg) < off + 16 + 8 * n:
+            break
+        cap = struct.unpack_from("<I", cfg, off + 4 + 8 * n)[0]
+        ctrl = struct.unpack_from("<I", cfg, off + 8 + 8 * n)[0]
+        sizes = [1 << i for i in range(28) if (cap >> 4) & (1 << i)]
+        bars.append({"bar": ctrl & 0x7, "sizes_mib": sizes, "current_mib": 1 << ((ctrl >> 8) & 0x3F)})
+    return bars
+
 
 def _hex(text):
     try:
