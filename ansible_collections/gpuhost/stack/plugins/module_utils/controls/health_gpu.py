@@ -65,9 +65,11 @@ def judge(h: Host) -> Finding:
     if h.section("nvidia") is None:
         return error(cid, h.errors.get("nvidia", "cannot read the NVIDIA driver"))
     if not nv.get("gpus"):
-        # what the driver would say of its GPUs is unknown, never taken as all clear
-        return error(cid, "the NVIDIA driver reports no GPU" + (f" ({nv['smi_error']})" if nv.get("smi_error") else "")
-                     + ": the GPUs' recovery actions and pending remaps are unknown")
+        # what the driver would say of its GPUs is unknown, never taken as all clear; why it
+        # says nothing is nvidia.driver's finding
+        return na(cid, "the NVIDIA driver reports no GPU" + (f" ({nv['smi_error']})" if nv.get("smi_error") else "")
+                  + ": they answer and this boot's log has no critical Xid, but their recovery actions and pending "
+                  "remaps are unknown until it does (see nvidia.driver)")
     if log is None:
         return error(cid, "cannot read this boot's kernel log for Xids: " + h.errors.get("kernel_log", "unknown"))
     return Finding(cid, "pass", observed_ok, "every GPU healthy", f"{len(gpus)} GPUs healthy")
