@@ -36,8 +36,8 @@ def test_intel_grub_full_cycle_with_inventory_variables_and_a_waiver(make_lab, t
     audit = gpuhost("audit", "-i", str(inv))
     assert audit.rc == 2, audit.stderr + str(audit.report and audit.report["hosts"]["intel-grub"].get("error"))
     assert audit.status("intel-grub") == {
-        "cpu.driver": "drift", "cpu.governor": "drift", "cpu.cstates": "drift", "numa.balancing": "drift",
-        "numa.gpu_affinity": "pass", "pcie.mrrs": "drift", "pcie.link": "waived", "pcie.acs": "pass", "pcie.bar1": "pass",
+        "cpu.driver": "drift", "cpu.governor": "drift", "cpu.cstates": "drift", "cpu.online": "pass",
+        "numa.balancing": "drift", "numa.gpu_affinity": "pass", "pcie.mrrs": "drift", "pcie.link": "waived", "pcie.acs": "pass", "pcie.bar1": "pass",
         "iommu.mode": "drift",
         "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
         "nvidia.persistence": "drift", "nvidia.power_limit": "na", "lxc.gpu_passthrough": "na",
@@ -412,7 +412,7 @@ def test_a_hung_tool_fails_its_host_within_the_timeout_and_the_rest_is_reported(
     assert run.rc == 3, run.stderr
     hung = run.report["hosts"]["llm-two"]
     assert "timed out after 8 s" in hung["error"], hung
-    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 18, "the rest of the fleet finished and is reported"
+    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 19, "the rest of the fleet finished and is reported"
     bad = gpuhost("audit", "-i", str(lab.inventory), "--task-timeout", "soon")
     assert bad.rc == 1 and bad.stderr.count("\n") == 1 and "not a whole number of seconds: 'soon'" in bad.stderr
 

@@ -141,6 +141,7 @@ class BootState:
     consumed_next_boot_pin: bool = False
     loader: str = "grub"
     cpuidle_driver: str | None = None   # None: the spec's
+    offline: tuple[int, ...] = ()       # CPUs not brought up this boot
 
     @property
     def proc_cmdline(self) -> str:
@@ -303,6 +304,27 @@ def cstates_for(spec: HostSpec, params: dict[str, str]) -> tuple[str, list[str]]
             cap = max(int(limit), 1)
             names = [n for n in names if (_cstate_number(n) is None) or _cstate_number(n) <= cap]
     return driver, names
+
+
+X2APIC_LIMIT = 255
+
+
+def offline_cpus(spec: HostSpec, params: dict[str, str]) -> tuple[int, ...]:
+    """CPUs this boot does not bring up: the spec's; those past maxcpus=N or nr_cpus=N
+    (kernel-parameters.txt; drivers/base/cpu.c print_cpus_offline lists both); and, with the
+    IOMMU's interrupt remapping off (iommu=off, amd_iommu=off, intel_iommu=off) on a host of
+    more than 255 CPUs, those past 255: no x2APIC without interrupt remapping, so an APIC ID
+    of 255 or more is refused ("CPU 239 has invalid APIC ID ff" on a real 2x EPYC 9575F)."""
+    n = spec.cpu.logical_cpus
+    off = {c for c in spec.cpu.offline if 0 < c < n}
+    for key in ("maxcpus", "nr_cpus"):
+        value = params.get(key)
+        if value is not None and value.isdigit():
+            off |= set(range(max(int(value), 1), n))
+    if n > X2APIC_LIMIT and (params.get("iommu") == "off" or params.get("amd_iommu") == "off"
+                             or params.get("intel_iommu") == "off"):
+        off |= set(range(X2APIC_LIMIT, n))
+    return tuple(sorted(off))
 
 
 def iommu_for(spec: HostSpec, params: dict[str, str]) -> str:
@@ -529,6 +551,7 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
         units=enabled_units(root, loaded),
         consumed_next_boot_pin=once,
         loader=spec.boot.loader,
+        offline=offline_cpus(spec, params),
     )
 
 

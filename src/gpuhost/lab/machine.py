@@ -182,9 +182,11 @@ class Machine:
     def _render_cpus(self, t: Tree) -> None:
         n = len(self.cpus)
         every = text(cpulist(list(range(n))))
-        for name in ("online", "possible", "present"):
+        off = set(self.boot.offline)
+        for name in ("possible", "present"):
             t.attr(f"{CPU}/{name}", every)
-        t.attr(f"{CPU}/offline", b"\n")
+        t.attr(f"{CPU}/online", text(cpulist([c for c in range(n) if c not in off])))
+        t.attr(f"{CPU}/offline", text(cpulist(sorted(off))) if off else b"\n")
         t.attr(f"{CPU}/kernel_max", text(8191))
         smt = self.spec.firmware.smt and self.spec.cpu.threads_per_core > 1
         t.attr(f"{CPU}/smt/active", text(int(smt)))
@@ -192,7 +194,7 @@ class Machine:
         for c in self.cpus:
             base = f"{CPU}/cpu{c.cpu}"
             if c.cpu:
-                t.attr(f"{base}/online", text(1))
+                t.attr(f"{base}/online", text(0 if c.cpu in off else 1))
             t.attr(f"{base}/topology/physical_package_id", text(c.package))
             t.attr(f"{base}/topology/core_id", text(c.core))
             t.attr(f"{base}/topology/thread_siblings_list", text(cpulist(c.siblings)))

@@ -81,6 +81,8 @@ class Cpu(_Strict):
     governor_default: str
     cpuidle_driver: Literal["acpi_idle", "intel_idle", "none"]
     cstates: list[CState] = Field(default_factory=list)
+    # CPUs the kernel did not bring up (hostspec.md), besides those the command line keeps off
+    offline: list[int] = Field(default_factory=list)
 
     @property
     def logical_cpus(self) -> int:

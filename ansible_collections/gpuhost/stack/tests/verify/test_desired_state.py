@@ -85,6 +85,15 @@ def test_cpu_cstates(view: View):
     assert enabled_deep == []
 
 
+def test_cpu_online(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    offline = view.host.file("/sys/devices/system/cpu/offline").content_string.strip()
+    smt = view.host.run("cat /sys/devices/system/cpu/smt/control 2>/dev/null").stdout.strip()
+    # SMT siblings of an operator who turned SMT off are the one reason a CPU may be down
+    assert not offline or smt in ("off", "forceoff"), f"CPUs {offline} are offline"
+
+
 def test_numa_balancing(view: View):
     nodes = view.host.run("ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null").stdout.split()
     path = "/proc/sys/kernel/numa_balancing"

@@ -32,7 +32,7 @@ def judge(h: Host) -> Finding:
     cid = CONTROL.id
     gpus = [g for g in h.gpus if g.get("driver") != "vfio-pci"]
     if not gpus:
-        return na(cid, "no NVIDIA GPU the host drives (one on vfio-pci is its VM's)")
+        return na(cid, "no NVIDIA GPU the host drives" + (" (one on vfio-pci is its VM's)" if h.gpus else ""))
     dead = [g["bdf"] for g in gpus if g.get("dead")]
     if dead:
         return error(cid, f"{', '.join(dead)} does not answer (config space all ones): its BARs cannot be read")

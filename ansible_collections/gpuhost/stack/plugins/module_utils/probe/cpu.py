@@ -32,7 +32,11 @@ class CpuProbe:
                 # flag marks only the MSR interface (EPYC 7002/7003 use shared memory, no flag)
                 "cppc": os.path.isdir(self.p("/sys/devices/system/cpu/cpu0/acpi_cppc")), "cppc_msr": "cppc" in flags,
                 "hwp": "hwp" in flags, "hypervisor": "hypervisor" in flags,
-                "pm_profile": int(self.read1("/sys/firmware/acpi/pm_profile", "0") or 0)}
+                "pm_profile": int(self.read1("/sys/firmware/acpi/pm_profile", "0") or 0),
+                # Documentation/ABI/testing/sysfs-devices-system-cpu: offline, present; smt/control
+                "offline": parse_cpulist(self.read1("/sys/devices/system/cpu/offline", "") or ""),
+                "present": len(parse_cpulist(self.read1("/sys/devices/system/cpu/present", "") or "")),
+                "smt_control": self.read1("/sys/devices/system/cpu/smt/control")}
 
     def probe_cpufreq(self):
         policies = []
@@ -72,3 +76,18 @@ class CpuProbe:
     def probe_numa(self):
         nodes = [os.path.basename(n) for n in self.glob("/sys/devices/system/node/node[0-9]*")]
         return {"nodes": len(nodes) or 1}
+
+
+def parse_cpulist(text):
+    """The kernel's CPU list format (0-31,64-95) as CPU numbers; bounded by the kernel's
+    own limit (NR_CPUS at most 8192)."""
+    out = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError("not a CPU list: %r" % text[:80])
+        out += range(int(lo), min(int(hi or lo), 8191) + 1)
+    return out
+
