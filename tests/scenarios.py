@@ -90,6 +90,17 @@ class SmiStub:
 
     def __call__(self, args: list[str]) -> tuple[int, str, str]:
         view = self.machine.nvidia_view(self.machine.spec.nvidia.userspace if self.machine.spec.nvidia else None)
+        if args[:2] == ["topo", "-p2p"]:
+            # the matrix as the lab's shim prints it (tabs, a trailing tab, the legend after)
+            codes = {}
+            for p in view["p2p"]:
+                i, j = p["pair"]
+                codes[i, j] = codes[j, i] = p["read" if args[2] == "r" else "write"]
+            n = len(view["gpus"])
+            rows = [" \t" + "".join(f"GPU{j}\t" for j in range(n))]
+            rows += [f" GPU{i}\t" + "".join(("X" if i == j else codes.get((i, j), "OK")) + "\t" for j in range(n))
+                     for i in range(n)]
+            return 0, "\n".join(rows) + "\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n", ""
         if view["module"] is None:
             return 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
         if view["userspace"] != view["module"]:

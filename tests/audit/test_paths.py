@@ -40,7 +40,7 @@ def test_intel_grub_full_cycle_with_inventory_variables_and_a_waiver(make_lab, t
         "numa.balancing": "drift", "numa.gpu_affinity": "pass", "pcie.mrrs": "drift", "pcie.link": "waived", "pcie.acs": "pass", "pcie.bar1": "pass",
         "iommu.mode": "drift",
         "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
-        "nvidia.persistence": "drift", "nvidia.power_limit": "na", "lxc.gpu_passthrough": "na",
+        "nvidia.persistence": "drift", "nvidia.power_limit": "na", "nvidia.p2p": "na", "lxc.gpu_passthrough": "na",
         "storage.scheduler": "pass", "health.gpu": "pass"}
     assert "x8" in audit.finding("intel-grub", "pcie.link")["message"]
     assert "riser is x8" in audit.finding("intel-grub", "pcie.link")["message"]
@@ -130,8 +130,8 @@ def test_controls_skip_cleanly_without_gpu_proxmox_or_iommu(make_lab):
     assert "no NVIDIA GPU" in run.finding("zen4-server", "pcie.mrrs")["message"]
     assert "not a Proxmox VE host" in run.finding("zen4-server", "lxc.gpu_passthrough")["message"]
     vm = run.status("kvm-guest")
-    assert {c for c, s in vm.items() if s != "na"} == {"iommu.mode", "kernel.reboot_pending"}
-    assert vm["iommu.mode"] == "pass" and vm["kernel.reboot_pending"] == "pass"
+    assert {c for c, s in vm.items() if s != "na"} == {"cpu.online", "iommu.mode", "kernel.reboot_pending"}
+    assert vm["cpu.online"] == vm["iommu.mode"] == vm["kernel.reboot_pending"] == "pass"
     assert "no cpufreq" in run.finding("kvm-guest", "cpu.driver")["message"]
     # the zen4 host's fixes, through a reboot
     fix = gpuhost("fix", "-i", str(lab.inventory), "--limit", "zen4-server", "--yes", "--reboot", "if-needed")
@@ -412,7 +412,7 @@ def test_a_hung_tool_fails_its_host_within_the_timeout_and_the_rest_is_reported(
     assert run.rc == 3, run.stderr
     hung = run.report["hosts"]["llm-two"]
     assert "timed out after 8 s" in hung["error"], hung
-    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 19, "the rest of the fleet finished and is reported"
+    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 20, "the rest of the fleet finished and is reported"
     bad = gpuhost("audit", "-i", str(lab.inventory), "--task-timeout", "soon")
     assert bad.rc == 1 and bad.stderr.count("\n") == 1 and "not a whole number of seconds: 'soon'" in bad.stderr
 

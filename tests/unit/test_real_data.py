@@ -450,3 +450,37 @@ def test_the_framebuffer_aperture_of_real_gpus(tmp_path, name, status, says):
     facts["nvidia"]["gpus"][0]["memory_mib"] = None     # lspci does not say it: judged on the capability
     f = controls.evaluate(facts, {"controls": ["pcie.bar1"]})["pcie.bar1"]
     assert f["status"] == status and says in f["message"], f
+
+
+def _p2p(tmp_path, name: str, n: int) -> dict:
+    """nvidia.p2p on the base host with *n* GPUs whose topo -p2p r and w read as the real
+    output in *name* (one matrix: its source printed one, for r or rw)."""
+    import copy
+
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    matrix = devices.parse_p2p((DATA / "gpu" / name).read_text())
+    facts = scenarios.render(scenarios.BASE_HOST, tmp_path / "host").facts()
+    template = facts["nvidia"]["gpus"][0]
+    facts["nvidia"]["gpus"] = [dict(copy.deepcopy(template), index=i, bdf=f"0000:{i + 1:02x}:00.0") for i in range(n)]
+    facts["nvidia"]["p2p"], facts["nvidia"]["p2p_error"] = {"r": matrix, "w": matrix}, None
+    return controls.evaluate(facts, {"controls": ["nvidia.p2p"]})["nvidia.p2p"]
+
+
+def test_peer_to_peer_of_real_hosts(tmp_path):
+    """The probe's reading of real nvidia-smi topo -p2p matrices, tabs kept or expanded: an
+    8x H100 node all OK (pass); two GeForce RTX 5090 GNS (manual, the legend's words); four
+    GPUs OK on their two NVLink pairs and CNS on the four PCIe pairs (manual, naming those)."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    ok = devices.parse_p2p((DATA / "gpu/topo-p2p-r-8xh100-ok").read_text())
+    assert len(ok) == 56 and {c for _, _, c in ok} == {"OK"}
+    f = _p2p(tmp_path / "a", "topo-p2p-r-8xh100-ok", 8)
+    assert f["status"] == "pass" and f["observed"] == "28 of 28 pairs OK both ways", f
+    assert devices.parse_p2p((DATA / "gpu/topo-p2p-2x5090-gns").read_text()) == [[0, 1, "GNS"], [1, 0, "GNS"]]
+    f = _p2p(tmp_path / "b", "topo-p2p-2x5090-gns", 2)
+    assert f["status"] == "manual" and "GPU0-GPU1 (0000:01:00.0, 0000:02:00.0): read GNS (GPU not supported)" in f["message"]
+    f = _p2p(tmp_path / "c", "topo-p2p-4gpu-nvlink-cns", 4)
+    assert f["status"] == "manual" and f["observed"] == "2 of 6 pairs OK both ways", f
+    assert [p for p in ("GPU0-GPU1", "GPU0-GPU2", "GPU1-GPU3", "GPU2-GPU3", "GPU0-GPU3", "GPU1-GPU2")
+            if p + " (" in f["message"]] == ["GPU0-GPU1", "GPU0-GPU2", "GPU1-GPU3", "GPU2-GPU3"]

@@ -40,10 +40,11 @@ ECAP_REBAR = 0x200
 
 
 def build(dev: PciDevice, secondary: int = 0, subordinate: int = 0,
-          rebar: tuple[int, list[int], int] | None = None) -> tuple[bytearray, bytearray]:
+          rebar: tuple[int, list[int], int] | None = None,
+          bars: list[tuple[int, int, int]] = ()) -> tuple[bytearray, bytearray]:
     """Return (config bytes, write mask) for *dev* as firmware leaves it; *rebar*: a
     Resizable BAR capability for one BAR (its index, the sizes it offers and its current
-    size, in MiB)."""
+    size, in MiB); *bars*: the memory BARs firmware placed, (index, address, resource flags)."""
     size = SIZE_PCIE if dev.is_pcie else SIZE_CONVENTIONAL
     cfg = bytearray(size)
     mask = bytearray(size)
@@ -64,6 +65,13 @@ def build(dev: PciDevice, secondary: int = 0, subordinate: int = 0,
         _put16(cfg, 0x2C, dev.vendor)                          # subsystem vendor
         _put16(cfg, 0x2E, dev.device)
     cfg[0x3D] = 0x01 if not dev.is_bridge else 0x00            # INTA
+    for index, address, flags in bars:
+        # a memory BAR: bit 3 prefetchable, bits 2:1 10b for a 64-bit one (whose upper half is
+        # the next register); lspci reads the type from here, the size from sysfs
+        low = (0x8 if flags & 0x2000 else 0) | (0x4 if flags & 0x100000 else 0)
+        _put32(cfg, 0x10 + 4 * index, (address & 0xFFFFFFF0) | low)
+        if low & 0x4:
+            _put32(cfg, 0x14 + 4 * index, address >> 32)
     # power management capability, then PCI Express
     cfg[0x34] = CAP_PM
     cfg[CAP_PM] = 0x01

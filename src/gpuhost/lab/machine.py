@@ -99,7 +99,8 @@ class Machine:
             # the GPU's framebuffer aperture is resizable from 64 MiB up to what its firmware offers
             rebar = ((gpu.aperture_bar, [1 << n for n in range(6, gpu.rebar_top_mib.bit_length())], gpu.aperture_mib)
                      if gpu is not None and dev.is_pcie and gpu.rebar_top_mib else None)
-            self.config[dev.bdf] = configspace.build(dev, sec, sub, rebar)
+            self.config[dev.bdf] = configspace.build(dev, sec, sub, rebar,
+                                                     [(i, start, flags) for i, start, _, flags in self._gpu_bars(dev.bdf)])
             self._boot_acs(dev)
         for gpu in (spec.nvidia.gpus if spec.nvidia else []):
             if gpu.health.off_bus and gpu.bdf in self.config:
@@ -320,25 +321,29 @@ class Machine:
     def _gpu_spec(self, bdf: str):
         return next((g for g in (self.spec.nvidia.gpus if self.spec.nvidia else []) if g.bdf == bdf), None)
 
+    def _gpu_bars(self, bdf: str) -> list[tuple[int, int, int, int]]:
+        """An NVIDIA GPU's memory BARs, (index, start, size, resource flags), as lspci shows real
+        ones (tests/real_data/SOURCES.md): an RTX A6000 16M 32-bit, the aperture at region 1,
+        32M at 3; an RTX PRO 6000 Blackwell 64M, the aperture at 2, 32M at 4, all 64-bit
+        prefetchable. Flags: IORESOURCE_MEM 0x200, _PREFETCH 0x2000, _MEM_64 0x100000
+        (include/linux/ioport.h), and the BAR register's own low bits."""
+        gpu = self._gpu_spec(bdf)
+        if gpu is None:
+            return []
+        bus = int(bdf[5:7], 16)
+        base = 0x100000000000 * (bus + 1)
+        aperture = gpu.aperture_mib << 20
+        first = ((0, base, 64 << 20, 0x14220C) if gpu.aperture_bar == 2
+                 else (0, 0xE0000000 + (bus << 24), 16 << 20, 0x40200))
+        return [first, (gpu.aperture_bar, base + aperture, aperture, 0x14220C),
+                (gpu.aperture_bar + 2, base + 2 * aperture, 32 << 20, 0x14220C)]
+
     def _resources(self, dev) -> str:
         """sysfs `resource`: start, end and flags of each BAR, the ROM and the SR-IOV BARs
-        (13 lines; drivers/pci/pci-sysfs.c resource_show). An NVIDIA GPU has its registers,
-        its framebuffer aperture and a 32 MiB window, as lspci shows real ones
-        (tests/real_data/SOURCES.md): an RTX A6000 16M 32-bit, the aperture at region 1, 32M
-        at 3; an RTX PRO 6000 Blackwell 64M, the aperture at 2, 32M at 4, all 64-bit
-        prefetchable. Flags: IORESOURCE_MEM 0x200, _PREFETCH 0x2000, _MEM_64 0x100000
-        (include/linux/ioport.h), and the BAR's own low bits."""
+        (13 lines; drivers/pci/pci-sysfs.c resource_show)."""
         lines = [(0, 0, 0)] * 13
-        gpu = self._gpu_spec(dev.bdf)
-        if gpu is not None:
-            base = 0x100000000000 * (int(dev.bdf[5:7], 16) + 1)
-            aperture = gpu.aperture_mib << 20
-            if gpu.aperture_bar == 2:
-                lines[0] = (base, base + (64 << 20) - 1, 0x14220C)
-            else:
-                lines[0] = (0xE0000000 + (int(dev.bdf[5:7], 16) << 24), 0xE0000000 + (int(dev.bdf[5:7], 16) << 24) + (16 << 20) - 1, 0x40200)
-            lines[gpu.aperture_bar] = (base + aperture, base + 2 * aperture - 1, 0x14220C)
-            lines[gpu.aperture_bar + 2] = (base + 2 * aperture, base + 2 * aperture + (32 << 20) - 1, 0x14220C)
+        for index, start, size, flags in self._gpu_bars(dev.bdf):
+            lines[index] = (start, start + size - 1, flags)
         return "".join(f"0x{a:016x} 0x{b:016x} 0x{f:016x}\n" for a, b, f in lines)
 
     def _render_iommu(self, t: Tree) -> None:
@@ -469,7 +474,7 @@ class Machine:
                              "health": g.health.model_dump()})
         return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,
                 "userspace": userspace, "cuda_version": nv.cuda_version if nv else None,
-                "gpus": gpus}
+                "gpus": gpus, "p2p": [p.model_dump() for p in nv.p2p] if nv else []}
 
     # ---- procfs text -------------------------------------------------------------------
     def _cpuinfo(self) -> bytes:

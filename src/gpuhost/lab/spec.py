@@ -267,6 +267,17 @@ class Gpu(_Strict):
         return v
 
 
+P2P_CODES = ("OK", "CNS", "GNS", "TNS", "NS", "DR", "U")
+
+
+class P2pPair(_Strict):
+    """hostspec.md: a pair of GPUs (by index) whose peer-to-peer status is not OK, as
+    nvidia-smi topo -p2p r and w print it (its legend's codes)."""
+    pair: list[int] = Field(min_length=2, max_length=2)
+    read: Literal["OK", "CNS", "GNS", "TNS", "NS", "DR", "U"] = "OK"
+    write: Literal["OK", "CNS", "GNS", "TNS", "NS", "DR", "U"] = "OK"
+
+
 class Nvidia(_Strict):
     kernel_module: str
     userspace: str
@@ -276,6 +287,7 @@ class Nvidia(_Strict):
     flavor: Literal["open", "proprietary"] = "open"
     persistence_default: bool = False
     gpus: list[Gpu] = Field(default_factory=list)
+    p2p: list[P2pPair] = Field(default_factory=list)        # every other pair: OK both ways
     char_majors: dict[str, int] = Field(default_factory=lambda: {"nvidia": 195, "nvidia-uvm": 508, "nvidia-caps": 236})
 
 

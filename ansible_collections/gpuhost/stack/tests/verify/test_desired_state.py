@@ -354,6 +354,25 @@ def test_nvidia_power_limit(view: View):
             assert f"-i {bus} -pm 1" in unit.content_string, f"nothing keeps {bus} persistent for its limit at boot"
 
 
+def test_nvidia_p2p(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    if not view.setting("gpuhost_nvidia_p2p", True):
+        view.skip("gpuhost_nvidia_p2p is false")
+    if not view.host.exists("nvidia-smi"):
+        view.skip("no nvidia-smi: no NVIDIA driver here")
+    listed = view.host.run("nvidia-smi -L")
+    if listed.rc != 0 or len(listed.stdout.strip().splitlines()) < 2:
+        view.skip("fewer than two GPUs that the NVIDIA driver reports")
+    for mode in ("r", "w"):
+        out = view.host.check_output(f"nvidia-smi topo -p2p {mode}")
+        # the matrix's rows: "GPUi" then a code per GPU (the header is GPU names only)
+        rows = [w for w in (line.split() for line in out.splitlines())
+                if len(w) > 1 and re.match(r"^GPU\d+$", w[0]) and not re.match(r"^GPU\d+$", w[1])]
+        bad = [f"GPU{i}-{row[0]} {code}" for row in rows for i, code in enumerate(row[1:]) if code not in ("X", "OK")]
+        assert rows and not bad, f"topo -p2p {mode}: {', '.join(bad) or 'no matrix'}"
+
+
 def test_lxc_gpu_passthrough(view: View):
     if not host_level(view):
         view.skip(CONTAINER)

@@ -128,6 +128,18 @@ class DevicesProbe:
             out["userspace"] = row["driver_version"]
         if not out["gpus"] and "No devices were found" in text:
             out["no_devices"] = True
+        if len(out["gpus"]) >= 2:
+            # peer-to-peer as the driver sees it, one read per direction (NCCL's troubleshooting
+            # guide asks for it): a GPU x GPU matrix of the legend's codes
+            out["p2p"], out["p2p_error"] = {}, None
+            for mode in ("r", "w"):
+                rc, text, err = self._run([self.p(smi), "topo", "-p2p", mode])
+                matrix = parse_p2p(text) if rc == 0 else None
+                if not matrix:
+                    out["p2p_error"] = "nvidia-smi topo -p2p %s: %s" % (
+                        mode, ((text + err).strip().splitlines() or ["exit %d" % rc])[0])
+                    break
+                out["p2p"][mode] = matrix
         return out
 
     def probe_kernel_log(self):
@@ -266,4 +278,24 @@ def parse_resources(text):
         out.append({"index": index, "mib": (end - start + 1) >> 20, "prefetch": bool(flags & IORESOURCE_PREFETCH),
                     "mem64": bool(flags & IORESOURCE_MEM_64)})
     return out
+
+
+P2P_CODES = ("OK", "CNS", "GNS", "TNS", "NS", "DR", "U")
+
+
+def parse_p2p(text):
+    """nvidia-smi topo -p2p's matrix, tabs or spaces alike: [[i, j, code], ...] for every
+    ordered pair of GPUs (the diagonal X left out); None when no matrix is there."""
+    cells, n = [], None
+    for line in text.splitlines():
+        words = line.split()
+        if words and all(re.match(r"^GPU\d+$", w) for w in words):
+            n = len(words)
+            continue
+        if n and words and re.match(r"^GPU(\d+)$", words[0]) and len(words) == n + 1:
+            i = int(words[0][3:])
+            for j, code in enumerate(words[1:]):
+                if i != j:
+                    cells.append([i, j, code if code in P2P_CODES else "U"])
+    return cells or None
 
