@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 from gpuhost.lab import manager
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def main() -> None:
         a, s = lab_audit_and_setup([str(SEED)], Path(tmp), args.runs, ["--limit", "pve-gpu1"], (0, 2))
     ma, ms = statistics.median(a), statistics.median(s)
     print(f"seed host pve-gpu1, {args.runs} runs each, medians")
-    print(f"  gpuhost audit (14 controls)       {ma:6.2f} s   (min {min(a):.2f}, max {max(a):.2f})")
+    print(f"  gpuhost audit ({len(CATALOG)} controls)       {ma:6.2f} s   (min {min(a):.2f}, max {max(a):.2f})")
     print(f"  ansible-playbook setup (min)      {ms:6.2f} s   (min {min(s):.2f}, max {max(s):.2f})")
     print(f"  ratio                             {ma / ms:6.2f}   (goal <= 1.5)")
 

@@ -22,6 +22,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from audit_vs_setup import ROOT, SEED, SETUP_PLAY, timed, timed_with_cpu  # noqa: E402
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG  # noqa: E402
 from gpuhost.lab import manager  # noqa: E402
 
 
@@ -62,7 +63,7 @@ def main() -> None:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="gpuhost-fleet-") as tmp:
             r = fleet(n, args.runs, Path(tmp))
-        for name, label in (("audit", "gpuhost audit (14 controls)"), ("setup", "ansible-playbook setup (min)")):
+        for name, label in (("audit", f"gpuhost audit ({len(CATALOG)} controls)"), ("setup", "ansible-playbook setup (min)")):
             wall, cpu = r[name]
             print(f"{n:>5}  {label:<30} {wall:8.2f} {cpu:8.2f} {cpu / n:11.3f}")
         (aw, ac), (sw, sc) = r["audit"], r["setup"]
