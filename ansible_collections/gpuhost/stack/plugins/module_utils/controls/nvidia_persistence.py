@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import BootUnit, DaemonReload, FileContent, fix_of, Persistence, UnitEnable
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.smi import reported
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, Finding, Host
 
 CONTROL = Control(
     id="nvidia.persistence",
@@ -47,11 +48,9 @@ def persistenced_dropin(exec_start: str) -> FileContent:
 
 def judge(h: Host) -> Finding:
     cid = CONTROL.id
-    nv = h.section("nvidia")
-    if nv is None:
-        return error(cid, h.errors.get("nvidia", "cannot read the NVIDIA driver"))
-    if not nv["gpus"]:
-        return na(cid, "no GPU that the NVIDIA driver reports" + (f" ({nv['smi_error']})" if nv.get("smi_error") else ""))
+    nv, nothing = reported(h, cid)
+    if nothing:
+        return nothing
     off = [g["bdf"] for g in nv["gpus"] if not g["persistence"]]
     u = (h.f.get("units") or {}).get(PERSISTENCED) or {}
     ours = (u.get("content") or "").startswith("# Managed by gpuhost")

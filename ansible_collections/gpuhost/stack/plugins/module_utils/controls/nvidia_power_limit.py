@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, Persistence, PowerLimit
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.smi import reported
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import PCI_ADDRESS
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent, unit_ok
@@ -57,11 +58,9 @@ def _w(x: float) -> str:
 
 def judge(h: Host) -> Finding:
     cid = CONTROL.id
-    nv = h.section("nvidia")
-    if nv is None:
-        return error(cid, h.errors.get("nvidia", "cannot read the NVIDIA driver"))
-    if not nv["gpus"]:
-        return na(cid, "no GPU that the NVIDIA driver reports" + (f" ({nv['smi_error']})" if nv.get("smi_error") else ""))
+    nv, nothing = reported(h, cid)
+    if nothing:
+        return nothing
     gpus = [g for g in nv["gpus"] if g.get("power")]
     if not gpus:
         return na(cid, "no GPU reports power management (its power limits read N/A)")
