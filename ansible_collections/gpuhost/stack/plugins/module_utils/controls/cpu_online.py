@@ -59,8 +59,8 @@ def judge(h: Host) -> Finding:
     for key in ("maxcpus", "nr_cpus"):
         if key in live:
             causes.append(f"{key}={live[key]} on the kernel command line")
-    if total > 255 and (live.get("iommu") == "off" or live.get("amd_iommu") == "off" or live.get("intel_iommu") == "off"):
-        switch = next(f"{k}=off" for k in ("iommu", "amd_iommu", "intel_iommu") if live.get(k) == "off")
+    switch = next((f"{k}=off" for k in ("iommu", "amd_iommu", "intel_iommu") if live.get(k) == "off"), None)
+    if total > 255 and switch:
         causes.append(f"{switch} with {total} CPUs: no interrupt remapping, so no x2APIC for APIC IDs of 255 and "
                       "more (use iommu=pt)")
     why = "; ".join(causes) if causes else "the host shows no cause (firmware, or CPUs taken offline by hand)"
