@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo chromium-headless-shell
 # without their recommends: grub-common's os-prober would probe this machine's disks
 BARE_PACKAGES := grub-common grub2-common
+LAB_DEBS := /var/cache/gpuhost-lab
 PYTEST_ARGS ?=
 
 .PHONY: audit test install system-deps lab-demo bench clean generate scenario-coverage
@@ -40,6 +41,9 @@ system-deps:
 	  (apt-get install -y -qq $$missing || (apt-get update -qq && apt-get install -y -qq $$missing)) >/dev/null; rc=$$?; \
 	  [ -n "$$ours" ] && rm -f $$policy; [ $$rc -eq 0 ] || exit $$rc; \
 	fi
+	@# the lab's hosts get the real unattended-upgrades package's files, from its .deb (nothing installed here)
+	@ls $(LAB_DEBS)/unattended-upgrades_*.deb >/dev/null 2>&1 || { mkdir -p $(LAB_DEBS) && cd $(LAB_DEBS) && \
+	  { apt-get download -qq unattended-upgrades 2>/dev/null || { apt-get update -qq && apt-get download -qq unattended-upgrades 2>/dev/null; }; }; }
 	@missing=$$(for p in $(BARE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \

@@ -78,57 +78,70 @@ class Rendered:
             return 0, f"8A1B-2C3D is configured with: {mode} (versions: {self.machine.boot.release})\n", ""
         if tool.endswith("nvidia-smi"):
             return self.smi(argv[1:])
+        if tool.endswith("apt-config"):
+            # the real apt-config, reading this host's /etc/apt (APT_CONFIG is read first)
+            import subprocess
+            import tempfile
+            with tempfile.NamedTemporaryFile("w", suffix=".conf") as conf:
+                conf.write(f'Dir "{self.root}/";\n')
+                conf.flush()
+                res = subprocess.run(["apt-config", *argv[1:]], capture_output=True, text=True,
+                                     env={**os.environ, "APT_CONFIG": conf.name})
+            return res.returncode, res.stdout, res.stderr
         return 127, "", f"{tool}: not found"
 
 
+def _load_smi_shim():
+    """The lab's nvidia-smi shim as a module: scenarios ask it what the lab's hosts answer."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+    from gpuhost.lab.shims import shimlib as _shimlib
+    path = ROOT / "src" / "gpuhost" / "lab" / "shims" / "nvidia-smi"
+    loader = importlib.machinery.SourceFileLoader("gpuhost_lab_nvidia_smi", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    saved = sys.path[:], sys.dont_write_bytecode, sys.modules.get("shimlib")
+    sys.modules["shimlib"] = _shimlib
+    try:
+        loader.exec_module(module)
+    finally:
+        sys.path[:], sys.dont_write_bytecode = saved[0], saved[1]
+        if saved[2] is None:
+            del sys.modules["shimlib"]
+    return module
+
+
+SMI_SHIM = _load_smi_shim()
+
+
 class SmiStub:
-    """nvidia-smi --query-gpu as the lab's shim answers it (and, with r470=True, as a
-    driver without the compute_cap field does: the whole query fails)."""
+    """nvidia-smi as the lab's shim answers it, from the model's view of this boot (and,
+    with r470=True, as a driver without the compute_cap field does: the whole query fails)."""
 
     def __init__(self, machine: Machine, r470: bool = False):
         self.machine, self.r470 = machine, r470
 
     def __call__(self, args: list[str]) -> tuple[int, str, str]:
+        import contextlib
+        import io
         view = self.machine.nvidia_view(self.machine.spec.nvidia.userspace if self.machine.spec.nvidia else None)
-        if args[:2] == ["topo", "-p2p"]:
-            # the matrix as the lab's shim prints it (tabs, a trailing tab, the legend after)
-            codes = {}
-            for p in view["p2p"]:
-                i, j = p["pair"]
-                codes[i, j] = codes[j, i] = p["read" if args[2] == "r" else "write"]
-            n = len(view["gpus"])
-            rows = [" \t" + "".join(f"GPU{j}\t" for j in range(n))]
-            rows += [f" GPU{i}\t" + "".join(("X" if i == j else codes.get((i, j), "OK")) + "\t" for j in range(n))
-                     for i in range(n)]
-            return 0, "\n".join(rows) + "\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n", ""
-        if view["module"] is None:
-            return 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
-        if view["userspace"] != view["module"]:
-            return 18, f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {view['userspace']}\n", ""
-        fields = next(a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")).split(",")
-        if self.r470 and "compute_cap" in fields:
+        if self.r470 and any(a.startswith("--query-gpu=") and "compute_cap" in a.split(",") + [a[12:]] for a in args):
             return 2, 'Field "compute_cap" is not a valid field to query.\n\n', ""
-        if not view["gpus"]:
-            return 6, "No devices were found\n", ""
-        cell = {"index": lambda g: str(g["index"]), "pci.bus_id": lambda g: "0000" + g["bdf"].upper(),
-                "name": lambda g: g["name"], "driver_version": lambda g: view["userspace"],
-                "persistence_mode": lambda g: "Enabled" if g["persistence"] else "Disabled",
-                "compute_cap": lambda g: g["compute_cap"]}
-        for field, key in (("power.limit", "limit_w"), ("enforced.power.limit", "enforced_w"),
-                           ("power.default_limit", "default_w"), ("power.min_limit", "min_w"),
-                           ("power.max_limit", "max_w")):
-            cell[field] = lambda g, key=key: f"{g['power'][key]:.2f} W" if g.get("power") else "[Not Supported]"
-        cell["memory.total"] = lambda g: f"{g['memory_mib']} MiB"
-        cell["gpu_recovery_action"] = lambda g: g["health"]["recovery_action"] or "None"
-        cell["remapped_rows.pending"] = lambda g: "Yes" if g["health"]["remapped_rows_pending"] else "No"
-        cell["retired_pages.pending"] = lambda g: "Yes" if g["health"]["retired_pages_pending"] else "No"
-        return 0, "".join(", ".join(cell[f](g) for f in fields) + "\n" for g in view["gpus"]), ""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                rc = SMI_SHIM.main(list(args), load=lambda: SMI_SHIM.answering(view))
+            except SystemExit as stop:
+                rc = stop.code
+        return int(rc or 0), out.getvalue(), ""
 
 
 def render(base: Path | dict, root: Path, overlay: dict | None = None,
-           before_boot: Callable[[Path], None] | None = None, r470: bool = False) -> Rendered:
+           before_boot: Callable[[Path], None] | None = None, r470: bool = False,
+           live: dict[str, str] | None = None) -> Rendered:
     """Lay a host out in *root*: its disk as provisioning writes it (spec ``files`` too),
-    then one boot of the kernel model rendered into /sys and /proc."""
+    then one boot of the kernel model rendered into /sys and /proc, after the *live* writes
+    (path: value) the running host got, each through the model's kernel semantics."""
     data = yaml.safe_load(base.read_text()) if isinstance(base, Path) else base
     spec = parse_spec(merge(data, overlay or {}), "scenario")
     assert isinstance(spec, HostSpec)
@@ -141,10 +154,13 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
         provision._write(root, "usr/sbin/proxmox-boot-tool", "#!/bin/sh\n", 0o755)
     if spec.nvidia:
         provision._write(root, "usr/bin/nvidia-smi", "#!/bin/sh\n", 0o755)
+    provision._write(root, "usr/bin/apt-config", "#!/bin/sh\n", 0o755)
     if before_boot:
         before_boot(root)
     state = boot_state(spec, root)
     machine = Machine(spec, state, lambda a: None, lambda v: None)
+    for path, value in (live or {}).items():
+        machine.tree.nodes[path.lstrip("/")].put(str(value).encode())
     for path, value in machine.tree.snapshot().items():
         target = root / path
         if path == "proc/stat" and target.exists():
@@ -169,8 +185,8 @@ _BASE = yaml.safe_load((CONTROLS_DIR / "base.yml").read_text())
 BASE_HOST: dict = _BASE["host"]
 FRAGMENTS: dict = _BASE["fragments"]
 SUFFIX = {"pass": ("pass",), "na": ("na",), "fail": ("drift", "manual", "pending_reboot", "error")}
-KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "unreadable", "settings", "expect",
-        "says"}
+KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "live", "unreadable", "settings",
+        "expect", "says"}
 
 
 def _set_path(data: dict, path: str, value) -> None:
@@ -257,6 +273,7 @@ def control_scenarios() -> list[tuple[str, str, dict]]:
 
 
 def render_scenario(sc: dict, root: Path) -> Rendered:
-    host = render(scenario_data(sc), root, before_boot=before_boot_ops(sc.get("before_boot") or []))
+    host = render(scenario_data(sc), root, before_boot=before_boot_ops(sc.get("before_boot") or []),
+                  live=sc.get("live"))
     host.unreadable = dict(sc.get("unreadable") or {})     # section -> the probe's reason
     return host

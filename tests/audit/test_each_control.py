@@ -3,7 +3,8 @@ the audit finds it, the fix changes that control and no other, the audit passes,
 fix changes nothing (not a byte of the host's disk), and after a reboot it still passes.
 
 The seed host starts with nine of them in drift; the Intel/GRUB host brings cpu.governor,
-the switch host pcie.acs and the seed with its GPUs' power data nvidia.power_limit.
+the switch host pcie.acs, the seed with its GPUs' power data nvidia.power_limit and the GeForce pair
+nvidia.gpu_modes.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ CASES = [(SEED_HOST, "pve-gpu1", c) for c in SEED_DRIFT] + [
     (SPECS / "intel-grub.yml", "intel-grub", "cpu.governor"),
     (SPECS / "switch-host.yml", "switch-host", "pcie.acs"),
     (SPECS / "pve-gpu1-power.yml", "pve-gpu1-power", "nvidia.power_limit"),
+    (SPECS / "geforce-pair.yml", "geforce-pair", "nvidia.gpu_modes"),
 ]
 # What a fix changes besides its own control, knowingly: booting a kernel >= 6.13 on a
 # Zen 5 CPU loads amd_pstate by default (the kernel model's rule, and the real kernel's).
@@ -27,6 +29,7 @@ LIVE_AFTER_FIX = {
     "pcie.acs": ("setpci -s 02:00.0 ECAP_ACS+6.w; setpci -s 02:01.0 ECAP_ACS+6.w", "0011\n0011"),
     "numa.balancing": ("cat /proc/sys/kernel/numa_balancing", "0"),
     "nvidia.power_limit": ("nvidia-smi -i 00000000:E1:00.0 --query-gpu=power.limit --format=csv,noheader", "600.00 W"),
+    "nvidia.gpu_modes": ("nvidia-smi --query-gpu=compute_mode --format=csv,noheader", "Default\nDefault"),
 }
 
 

@@ -127,10 +127,14 @@ def test_ubuntu_splash_and_intel_idle(make_lab):
     assert "vt.handoff=7" in lab.out(host, "cat /proc/cmdline")
     audit, fix, _ = cycle(lab, host, lab.inventory, {
         "kernel.reboot_pending": "pass", "cpu.governor": "drift", "cpu.cstates": "drift", "nvidia.persistence": "drift",
-        "cpu.driver": "pass", "iommu.mode": "pass"})
+        "cpu.driver": "pass", "iommu.mode": "pass", "nvidia.driver_pinned": "drift"})
     assert fix.rc == 0, fix.stderr[-2000:]
     # intel_pstate starts every policy in powersave (intel_pstate_cpu_init): gpuhost keeps performance at boot
-    assert fix.changed(host) == {"cpu.governor", "cpu.cstates", "nvidia.persistence"}
+    assert fix.changed(host) == {"cpu.governor", "cpu.cstates", "nvidia.persistence", "nvidia.driver_pinned"}
+    # unattended-upgrades, on as Ubuntu installs it, now leaves the driver's packages alone (apt's own reading)
+    blacklist = lab.out(host, "apt-config dump | grep '^Unattended-Upgrade::Package-Blacklist::'")
+    assert blacklist.splitlines() == [f'Unattended-Upgrade::Package-Blacklist:: "{p}-550$";' for p in
+                                      ("libnvidia-compute", "nvidia-dkms", "nvidia-driver", "nvidia-utils")], blacklist
     # Ubuntu's unit has no [Install]: the udev rule starts it; gpuhost's drop-in drops the flag
     assert lab.out(host, "cat /lib/systemd/system/nvidia-persistenced.service").count("--no-persistence-mode") == 1
     assert lab.out(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader") == "Enabled"

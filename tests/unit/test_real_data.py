@@ -484,3 +484,78 @@ def test_peer_to_peer_of_real_hosts(tmp_path):
     assert f["status"] == "manual" and f["observed"] == "2 of 6 pairs OK both ways", f
     assert [p for p in ("GPU0-GPU1", "GPU0-GPU2", "GPU1-GPU3", "GPU2-GPU3", "GPU0-GPU3", "GPU1-GPU2")
             if p + " (" in f["message"]] == ["GPU0-GPU1", "GPU0-GPU2", "GPU1-GPU3", "GPU2-GPU3"]
+
+
+def _q_sections(text: str) -> dict[str, str]:
+    """nvidia-smi -q's mode lines as 'Section/Key' -> value (indented key: value lines)."""
+    out, section = {}, ""
+    for line in text.splitlines():
+        m = re.match(r"^    (\S.*?)\s*(?::\s*(.*))?$", line)
+        if m:
+            section = m.group(1)
+            if m.group(2) is not None:
+                out[section] = m.group(2)
+            continue
+        m = re.match(r"^        (\S.*?)\s*:\s*(.*)$", line)
+        if m:
+            out[f"{section}/{m.group(1)}"] = m.group(2)
+    return out
+
+
+def test_a_real_rtx_pro_6000s_modes_are_the_labs_defaults_and_pass(tmp_path):
+    """A real RTX PRO 6000 Blackwell's nvidia-smi -q: compute mode Default, MIG Disabled and
+    ECC Enabled, nothing pending (the DRAM Encryption block's Current/Pending is not ECC's).
+    The lab's GPU starts in the same modes, its -q says so in the same words, and
+    nvidia.gpu_modes passes on it."""
+    real = _q_sections((DATA / "gpu/nvidia-smi-q-modes-rtxpro6000").read_text())
+    modes = {k: real[k] for k in ("Compute Mode", "MIG Mode/Current", "MIG Mode/Pending", "ECC Mode/Current",
+                                  "ECC Mode/Pending")}
+    assert modes == {"Compute Mode": "Default", "MIG Mode/Current": "Disabled", "MIG Mode/Pending": "Disabled",
+                     "ECC Mode/Current": "Enabled", "ECC Mode/Pending": "Enabled"}
+    assert real["DRAM Encryption Mode/Current"] == "Disabled"
+    host = scenarios.render(scenarios.BASE_HOST, tmp_path)
+    rc, out, _ = host.run(["/usr/bin/nvidia-smi", "-q"])
+    lab = _q_sections(out)
+    assert rc == 0 and {k: lab[k] for k in modes} == modes
+    assert host.status("nvidia.gpu_modes") == "pass"
+
+
+def test_real_mig_queries_read_as_modes():
+    """nvidia-smi's MIG columns as real hosts print them: one GPU of four with MIG Enabled and
+    nothing pending; a GeForce's [N/A] is no MIG at all (never Disabled)."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    command, header, *rows = (DATA / "gpu/query-gpu-mig-4gpu").read_text().splitlines()
+    names = [n.strip() for n in header.split(",")]
+    assert command.split("--query-gpu=")[1].split()[0].split(",") == names
+    read = [devices.smi_modes(dict(zip(names, (c.strip() for c in r.split(","))))) for r in rows]
+    assert [m["mig"] for m in read] == [["Enabled", "Enabled"]] + [["Disabled", "Disabled"]] * 3
+    assert all(m["ecc"] is None and m["compute"] is None for m in read), "fields not asked are unknown"
+    _, field, cell = (DATA / "gpu/query-gpu-mig-rtx-na").read_text().splitlines()
+    assert devices.smi_modes({field: cell})["mig"] is None
+
+
+def test_a_real_mig_gpu_is_drift_where_the_inventory_wants_mig_off(tmp_path):
+    """The real four-GPU node's MIG modes on the base host's GPU model: with MIG unset it
+    passes (the operator's choice); with gpuhost_nvidia_mig false the one GPU with MIG on is
+    drift, named, and its fix sets MIG Disabled as pending (a reset applies it)."""
+    import copy
+
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    _, header, *rows = (DATA / "gpu/query-gpu-mig-4gpu").read_text().splitlines()
+    names = [n.strip() for n in header.split(",")]
+    facts = scenarios.render(scenarios.BASE_HOST, tmp_path).facts()
+    template = facts["nvidia"]["gpus"][0]
+    facts["nvidia"]["gpus"] = []
+    for i, r in enumerate(rows):
+        gpu = copy.deepcopy(template)
+        gpu.update(index=i, bdf=f"0000:{0x41 + i:02x}:00.0")
+        gpu["modes"]["mig"] = devices.smi_modes(dict(zip(names, (c.strip() for c in r.split(",")))))["mig"]
+        facts["nvidia"]["gpus"].append(gpu)
+    unset = controls.evaluate(copy.deepcopy(facts), {"controls": ["nvidia.gpu_modes"]})["nvidia.gpu_modes"]
+    assert unset["status"] == "pass", unset
+    off = controls.evaluate(copy.deepcopy(facts), {"controls": ["nvidia.gpu_modes"], "nvidia_mig": False})["nvidia.gpu_modes"]
+    assert off["status"] == "drift" and off["message"] == "0000:41:00.0 MIG is Enabled, Disabled wanted", off
+    assert off["fix"]["runtime"] == [{"gpu": "00000000:41:00.0", "gpu_mode": "mig", "value": "Disabled"}]
+    assert off["reboot_required"] is True

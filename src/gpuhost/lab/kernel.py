@@ -251,6 +251,24 @@ def cpufreq_for(spec: HostSpec, release: str, params: dict[str, str]) -> tuple[s
     return "acpi-cpufreq", None
 
 
+def boost_files(spec: HostSpec, driver: str | None, release: str) -> tuple[bool, bool]:
+    """Which boost switches the scaling driver offers this boot: (cpufreq/boost,
+    policyN/boost). The cpufreq core shows cpufreq/boost for a driver with a set_boost
+    callback (cpufreq_boost_supported), and from 6.3 a boost file in every policy
+    ("cpufreq: Support per-policy performance boost"). acpi-cpufreq sets one up only where the
+    CPU reports boost (CPB, IDA: firmware that disables Turbo hides IDA); amd-pstate gained
+    boost control in 6.11 (the core performance boost series; without firmware CPB its
+    set_boost refuses, "Boost mode is not supported by this processor or SBIOS"). intel_pstate
+    has intel_pstate/no_turbo instead (knowledge.md: Boost)."""
+    if driver == "acpi-cpufreq":
+        ok = spec.firmware.boost
+    elif driver in ("amd-pstate", "amd-pstate-epp"):
+        ok = release_at_least(release, "6.11")
+    else:
+        ok = False
+    return ok, ok and release_at_least(release, "6.3")
+
+
 def governors_for(driver: str | None) -> list[str]:
     if driver in ("amd-pstate-epp", "intel_pstate"):
         return list(EPP_GOVERNORS)

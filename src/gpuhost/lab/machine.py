@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import configspace
-from .kernel import EPP_CHOICES, BootState, default_governor, governors_for
+from .kernel import EPP_CHOICES, BootState, boost_files, default_governor, governors_for
 from .spec import GuestSpec, HostSpec, PciDevice
 from .tree import Blob, Tree, einval, text
 
@@ -69,7 +69,8 @@ class Machine:
     """The running state of a kind: host machine for one boot."""
 
     def __init__(self, spec: HostSpec, boot: BootState,
-                 on_reboot: Callable[[str], None], on_container_restart: Callable[[int], None]):
+                 on_reboot: Callable[[str], None], on_container_restart: Callable[[int], None],
+                 nvram: dict | None = None):
         self.spec = spec
         self.boot = boot
         self.on_reboot = on_reboot
@@ -80,6 +81,12 @@ class Machine:
         self.status = boot.amd_pstate_status
         self.governor = {t.cpu: boot.governor for t in self.cpus}
         self.epp = {t.cpu: self._epp_default(boot.governor) for t in self.cpus}
+        # boost and frequency caps as the boot left them (hostspec.md cpu.boost, max_khz_cap):
+        # firmware that turned boost off leaves it off whatever the spec's boot wants
+        on = spec.cpu.boost and spec.firmware.boost
+        self.boost_global = on
+        self.boost = {t.cpu: on for t in self.cpus}
+        self.max_freq = {t.cpu: min(spec.cpu.max_khz_cap or spec.cpu.max_khz, spec.cpu.max_khz) for t in self.cpus}
         self.idle_disabled = {(t.cpu, i): False for t in self.cpus for i in range(len(boot.cstate_names))}
         self.sysctl = dict(boot.sysctl)
         self.thp = boot.thp
@@ -91,6 +98,19 @@ class Machine:
         # driver unloads"): every boot starts at the spec's limit, else the default
         self.power_limit = {g.bdf: (g.power.limit_w or g.power.default_w)
                             for g in (spec.nvidia.gpus if spec.nvidia else []) if g.power}
+        # the compute mode resets at boot (NVML nvmlDeviceSetComputeMode: not persisted across
+        # reboots on Linux); MIG and ECC changes wait in the GPU as pending until the next boot
+        # (nvidia-smi -q Current/Pending): *nvram* carries them from boot to boot
+        gpus = spec.nvidia.gpus if spec.nvidia else []
+        self.compute_mode = {g.bdf: g.compute_mode for g in gpus}
+        self.nvram = {} if nvram is None else nvram
+        self.modes: dict[str, dict[str, list[str] | None]] = {}
+        for g in gpus:
+            kept = self.nvram.get(g.bdf)
+            self.modes[g.bdf] = {m: (None if getattr(g, m) is None else
+                                     [kept[m], kept[m]] if kept else [getattr(g, m).current, getattr(g, m).pending])
+                                 for m in ("mig", "ecc")}
+            self.nvram[g.bdf] = {m: v[1] for m, v in self.modes[g.bdf].items() if v}
         self.config: dict[str, tuple[bytearray, bytearray]] = {}
         bus_range = self._bus_ranges()
         for dev in spec.pci:
@@ -219,12 +239,15 @@ class Machine:
             t.attr(f"{CPU}/amd_pstate/prefcore", text("enabled"))
         if self.driver == "intel_pstate":
             t.attr(f"{CPU}/intel_pstate/status", text("active"))
-            t.attr(f"{CPU}/intel_pstate/no_turbo", text(0))
+            t.attr(f"{CPU}/intel_pstate/no_turbo", lambda: text(int(not self.boost_global)), self._write_no_turbo)
         if self.driver is None:
             t.mkdir(f"{CPU}/cpufreq")
             return
         govs = governors_for(self.driver)
         c = self.spec.cpu
+        global_boost, policy_boost = boost_files(self.spec, self.driver, self.boot.release)
+        if global_boost:
+            t.attr(f"{CPU}/cpufreq/boost", lambda: text(int(self.boost_global)), self._write_boost)
         for topo in self.cpus:
             cpu = topo.cpu
             p = f"{CPU}/cpufreq/policy{cpu}"
@@ -237,8 +260,13 @@ class Machine:
             t.attr(f"{p}/cpuinfo_min_freq", text(c.min_khz))
             t.attr(f"{p}/cpuinfo_max_freq", text(c.max_khz))
             t.attr(f"{p}/scaling_min_freq", text(c.min_khz))
-            t.attr(f"{p}/scaling_max_freq", text(c.max_khz))
-            t.attr(f"{p}/scaling_cur_freq", lambda cpu=cpu: text(c.max_khz if self.governor[cpu] == "performance" else c.min_khz))
+            t.attr(f"{p}/scaling_max_freq", lambda cpu=cpu: text(self.max_freq[cpu]),
+                   lambda v, cpu=cpu: self._write_max_freq(cpu, v))
+            t.attr(f"{p}/scaling_cur_freq",
+                   lambda cpu=cpu: text(self.max_freq[cpu] if self.governor[cpu] == "performance" else c.min_khz))
+            if policy_boost:
+                t.attr(f"{p}/boost", lambda cpu=cpu: text(int(self.boost[cpu])),
+                       lambda v, cpu=cpu: self._write_policy_boost(cpu, v))
             if self.driver in ("amd-pstate-epp", "intel_pstate"):
                 t.attr(f"{p}/energy_performance_available_preferences", text(" ".join(EPP_CHOICES)))
                 t.attr(f"{p}/energy_performance_preference", lambda cpu=cpu: text(self.epp[cpu]),
@@ -426,6 +454,8 @@ class Machine:
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
         t.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(self.power_limit)), self._write_power_limit)
+        t.attr("ctl/nvidia-compute-mode", lambda: text(json.dumps(self.compute_mode)), self._write_compute_mode)
+        t.attr("ctl/nvidia-pending-mode", lambda: text(json.dumps(self.modes)), self._write_pending_mode)
         # this boot's kernel log, which the host's init binds at /dev/kmsg
         t.attr("ctl/kmsg", lambda: self.kmsg().encode())
         # the host's init makes these nodes in its /dev (a tmpfs of its own)
@@ -471,6 +501,8 @@ class Machine:
                              "link_width_current": dev.link_sta.width if dev.link_sta else 0,
                              "mrrs": configspace.mrrs(cfg) if dev.is_pcie else None,
                              "numa_node": dev.numa_node, "power": self._power_view(g),
+                             "compute_mode": self.compute_mode[g.bdf],
+                             "mig": self.modes[g.bdf]["mig"], "ecc": self.modes[g.bdf]["ecc"],
                              "health": g.health.model_dump()})
         return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,
                 "userspace": userspace, "cuda_version": nv.cuda_version if nv else None,
@@ -540,6 +572,44 @@ class Machine:
         if self.driver in ("amd-pstate-epp", "intel_pstate"):
             # the EPP drivers force EPP to performance under the performance policy
             self.epp[cpu] = "performance" if gov == "performance" else ("balance_performance" if self.epp[cpu] == "performance" else self.epp[cpu])
+
+    def _boost_value(self, value: bytes) -> bool:
+        word = _word(value)
+        if word not in ("0", "1"):
+            raise einval()
+        if word == "1" and not self.spec.firmware.boost:
+            # amd_pstate_set_boost without firmware CPB: "Boost mode is not supported by this
+            # processor or SBIOS"
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        return word == "1"
+
+    def _write_boost(self, value: bytes) -> None:
+        """cpufreq/boost sets every policy (cpufreq_boost_trigger_state)."""
+        on = self._boost_value(value)
+        self.boost_global = on
+        self.boost = {cpu: on for cpu in self.boost}
+
+    def _write_policy_boost(self, cpu: int, value: bytes) -> None:
+        self.boost[cpu] = self._boost_value(value)
+
+    def _write_no_turbo(self, value: bytes) -> None:
+        word = _word(value)
+        if word not in ("0", "1"):
+            raise einval()
+        if word == "0" and not self.spec.firmware.boost:
+            # intel_pstate: "Turbo disabled by BIOS or unavailable on processor", -EPERM
+            raise OSError(errno.EPERM, "Operation not permitted")
+        self.boost_global = word == "0"
+        self.boost = {cpu: self.boost_global for cpu in self.boost}
+
+    def _write_max_freq(self, cpu: int, value: bytes) -> None:
+        """A new frequency QoS request; the policy's max is clamped to the hardware's range
+        (store_scaling_max_freq, cpufreq_set_policy)."""
+        word = _word(value)
+        if not word.isdigit():
+            raise einval()
+        c = self.spec.cpu
+        self.max_freq[cpu] = max(c.min_khz, min(int(word), c.max_khz))
 
     def _write_epp(self, cpu: int, value: bytes) -> None:
         epp = _word(value)
@@ -629,6 +699,29 @@ class Machine:
         enforced = min(limit, gpu.power.enforced_w) if gpu.power.enforced_w is not None else limit
         return {"limit_w": limit, "enforced_w": enforced, "default_w": gpu.power.default_w,
                 "min_w": gpu.power.min_w, "max_w": gpu.power.max_w}
+
+    def _write_compute_mode(self, value: bytes) -> None:
+        """"<bdf> <mode>" from nvidia-smi -c: effective at once, gone at the next boot."""
+        target, _, mode = _word(value).partition(" ")
+        if target not in self.compute_mode or mode not in ("Default", "Exclusive_Process", "Prohibited"):
+            raise einval()
+        if not self.boot.nvidia_loaded:
+            raise OSError(errno.ENODEV, "No such device")
+        self.compute_mode[target] = mode
+
+    def _write_pending_mode(self, value: bytes) -> None:
+        """"<bdf> mig|ecc Enabled|Disabled" from nvidia-smi -mig / -e: the pending value,
+        which the next boot makes current (a GPU without the feature refuses)."""
+        target, mode, state = (_word(value).split(" ") + ["", "", ""])[:3]
+        if target not in self.modes or mode not in ("mig", "ecc") or state not in ("Enabled", "Disabled"):
+            raise einval()
+        if not self.boot.nvidia_loaded:
+            raise OSError(errno.ENODEV, "No such device")
+        pair = self.modes[target][mode]
+        if pair is None:
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        pair[1] = state
+        self.nvram[target][mode] = state
 
     def _write_power_limit(self, value: bytes) -> None:
         """"<bdf> <watts>" from nvidia-smi -pl. Without persistence mode the driver tears the

@@ -7,6 +7,7 @@ that would make the host contact the network or start the machine's own services
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -374,8 +375,60 @@ def python_grub_mkconfig(root: Path, out: str) -> None:
     shimlib.write_grub_cfg(str(root), out)
 
 
+# Where `make system-deps` keeps the real unattended-upgrades package (apt-get download): a lab
+# host gets its files and its dpkg entry, never its services
+LAB_DEBS = Path("/var/cache/gpuhost-lab")
+
+
+def _deb(name: str) -> Path:
+    debs = sorted(LAB_DEBS.glob(f"{name}_*.deb"))
+    if not debs:
+        raise RuntimeError(f"no {name} package in {LAB_DEBS}: run `make system-deps`")
+    return debs[-1]
+
+
+def _deb_file(deb: Path, member: str) -> bytes:
+    import tarfile
+    tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        return t.extractfile("./" + member.lstrip("/")).read()
+
+
+def driver_packages(spec: HostSpec) -> list[tuple[str, str]]:
+    """The NVIDIA driver's packages as the distribution names them, at the userspace version."""
+    nv = spec.nvidia
+    major = nv.userspace.split(".")[0]
+    if spec.os.id == "ubuntu":
+        version = f"{nv.userspace}-0ubuntu0.{spec.os.version_id}.1"
+        return [(f"{n}-{major}", version) for n in ("nvidia-driver", "libnvidia-compute", "nvidia-utils", "nvidia-dkms")]
+    return [(n, f"{nv.userspace}-1") for n in ("nvidia-driver", "nvidia-kernel-dkms", "libnvidia-ml1", "nvidia-smi")]
+
+
+def provision_unattended_upgrades(root: Path, spec: HostSpec) -> None:
+    """unattended-upgrades as its package's postinst leaves it with debconf's default (enable
+    automatic updates: true): 50unattended-upgrades and 20auto-upgrades copied by ucf from
+    /usr/share/unattended-upgrades, and the package installed in dpkg's status; the NVIDIA
+    driver's packages installed beside it, as a distribution's driver is."""
+    deb = _deb("unattended-upgrades")
+    for name in ("50unattended-upgrades", "20auto-upgrades"):
+        _write(root, f"etc/apt/apt.conf.d/{name}", _deb_file(deb, f"usr/share/unattended-upgrades/{name}"))
+    control = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Version", "Architecture", "Maintainer",
+                              "Installed-Size", "Depends", "Description"], capture_output=True, text=True, check=True).stdout
+    stanzas = [control.replace("Package: unattended-upgrades\n", "Package: unattended-upgrades\nStatus: install ok installed\n", 1)]
+    if spec.nvidia:
+        for name, version in driver_packages(spec):
+            stanzas.append(f"Package: {name}\nStatus: install ok installed\nPriority: optional\nSection: non-free/libs\n"
+                           f"Architecture: amd64\nVersion: {version}\nDescription: NVIDIA driver ({name}, gpuhost lab)\n")
+    status = root / "var/lib/dpkg/status"
+    before = status.read_text() if status.exists() else ""
+    _write(root, "var/lib/dpkg/status", before.rstrip("\n") + ("\n\n" if before.strip() else "")
+           + "\n".join(s.rstrip("\n") + "\n" for s in stanzas))
+
+
 def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -> None:
     sysctl_layout(root, spec)
+    if spec.os.unattended_upgrades:
+        provision_unattended_upgrades(root, spec)
     for rel in spec.kernel.installed:
         _write(root, f"boot/vmlinuz-{rel}", b"gpuhost-lab kernel image " + rel.encode() + b"\n")
         _write(root, f"boot/config-{rel}", kernel_config(spec))

@@ -33,6 +33,9 @@ class Os(_Strict):
     codename: str
     pretty_name: str
     proxmox_ve: Optional[str] = None
+    # hostspec.md: unattended-upgrades installed and enabled, as its Debian package leaves it
+    # (debconf's enable_auto_updates defaults to true), with the driver's packages in dpkg
+    unattended_upgrades: bool = False
 
 
 class Firmware(_Strict):
@@ -51,6 +54,9 @@ class Firmware(_Strict):
     # kernel lockdown (Secure Boot): /sys/kernel/security/lockdown; from integrity on, user
     # space's PCI config writes fail with EPERM (drivers/pci/pci-sysfs.c, LOCKDOWN_PCI_ACCESS)
     lockdown: Literal["none", "integrity", "confidentiality"] = "none"
+    # frequency boost the firmware allows (hostspec.md firmware.boost); false: the driver
+    # offers no boost file (acpi-cpufreq, amd-pstate) or refuses to clear no_turbo (intel_pstate)
+    boost: bool = True
 
 
 # What one lab host can render and boot in bounded time (seconds, on 2 cores). A spec over
@@ -83,6 +89,9 @@ class Cpu(_Strict):
     cstates: list[CState] = Field(default_factory=list)
     # CPUs the kernel did not bring up (hostspec.md), besides those the command line keeps off
     offline: list[int] = Field(default_factory=list)
+    # boost at boot, before any unit; a scaling_max_freq below max_khz set at boot (hostspec.md)
+    boost: bool = True
+    max_khz_cap: Optional[int] = Field(default=None, ge=1)
 
     @property
     def logical_cpus(self) -> int:
@@ -92,6 +101,8 @@ class Cpu(_Strict):
     def _check(self) -> "Cpu":
         if self.min_khz > self.max_khz:
             raise ValueError("min_khz is above max_khz")
+        if self.max_khz_cap is not None and not self.min_khz <= self.max_khz_cap <= self.max_khz:
+            raise ValueError("max_khz_cap is outside min_khz..max_khz")
         return self
 
 
@@ -232,6 +243,13 @@ class GpuPower(_Strict):
         return self
 
 
+class ModePair(_Strict):
+    """A GPU mode with a pending value (nvidia-smi -q "MIG Mode", "ECC Mode": Current and
+    Pending): a change waits for a GPU reset or reboot, then pending becomes current."""
+    current: Literal["Enabled", "Disabled"]
+    pending: Literal["Enabled", "Disabled"]
+
+
 class Gpu(_Strict):
     bdf: str
     name: str
@@ -246,6 +264,11 @@ class Gpu(_Strict):
     # rebar_max_mib 0: no Resizable BAR capability (a GPU with a fixed aperture, like a V100)
     bar_mib: Optional[int] = Field(default=None, ge=1)
     rebar_max_mib: Optional[int] = Field(default=None, ge=0)
+    # hostspec.md: the compute mode at boot (NVML: not persisted across reboots on Linux),
+    # MIG and ECC as current and pending; null: the GPU does not have the feature ([N/A])
+    compute_mode: Literal["Default", "Exclusive_Process", "Prohibited"] = "Default"
+    mig: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Disabled", pending="Disabled"))
+    ecc: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Enabled", pending="Enabled"))
 
     @property
     def aperture_mib(self) -> int:

@@ -45,6 +45,8 @@ class Host:
         self.error = ""
         self.boots = 0
         self.lock = threading.RLock()
+        # what the GPUs keep across boots (their pending MIG and ECC modes, in the InfoROM)
+        self.nvram: dict = {}
 
 
 class Supervisor:
@@ -154,7 +156,7 @@ class Supervisor:
             if state.consumed_next_boot_pin:
                 clear_next_boot_pin(root, h.spec.boot.loader, provision.real_grub_mkconfig)
             h.machine = Machine(h.spec, state, lambda action, h=h: self._request_power(h, action),
-                                lambda vmid, h=h: self._request_container_restart(h, vmid))
+                                lambda vmid, h=h: self._request_container_restart(h, vmid), nvram=h.nvram)
             kern, kind, repo = h.name, "host", str(self.layout.repo(h.name))
         else:
             parent = self.hosts[h.spec.parent]

@@ -62,6 +62,10 @@ def param_problem(p, v) -> str | None:
         # `-e gpuhost_reboot_ok=true` is a string: the words Ansible's `bool` filter reads count
         if not isinstance(v, bool) and not (isinstance(v, str) and v.strip().lower() in BOOL_WORDS):
             return f"must be true or false, not {v!r}"
+    elif p.type == "raw":
+        # an optional bool: true or false when the operator wants one, "" when not
+        if v != "" and not isinstance(v, bool) and not (isinstance(v, str) and v.strip().lower() in BOOL_WORDS):
+            return f"must be true, false or \"\" (not judged), not {v!r}"
     elif p.type == "list" and p.elements == "str":
         if not isinstance(v, list) or not all(_is_str(x) for x in v):
             return f"must be a list of strings, not {v!r}"

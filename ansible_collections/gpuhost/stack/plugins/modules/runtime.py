@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: runtime
-short_description: Set sysfs/procfs values, PCI config registers, GPU persistence and power limits, reporting only real changes
+short_description: Set sysfs/procfs values, PCI config registers, GPU persistence, power limits and modes, reporting only real changes
 description:
   - Each change is data, never a shell string. It is read first and written only where it
     differs, so C(changed) and the diff are true in check mode too (which writes nothing).
@@ -20,6 +20,9 @@ description:
     I(mask) in hex; read and written with setpci(8), as argv."
   - "GPU persistence: I(persistence) true turns it on with C(nvidia-smi -pm 1) where
     C(nvidia-smi --query-gpu=persistence_mode) shows a GPU with it off."
+  - "A GPU mode: I(gpu), I(gpu_mode) (compute, mig or ecc) and I(value) (Default,
+    Exclusive_Process, Prohibited; Enabled, Disabled), set with C(nvidia-smi -c), C(-mig) or C(-e)
+    where it differs and read back (MIG and ECC as their pending value)."
   - "A GPU power limit: I(gpu) (the bus id as nvidia-smi prints it) and I(power_limit_w), set
     with C(nvidia-smi -i <gpu> -pl <W>) where C(power.limit) differs, and read back: a driver
     that drops it (no persistence mode) fails the change."
@@ -157,6 +160,42 @@ def power_limit_change(module, change):
     return [("%s power limit: %.2f W" % (gpu, now), "%s power limit: %d.00 W" % (gpu, watts))]
 
 
+# the query field that reads a mode back, and how nvidia-smi sets it
+GPU_MODES = {"compute": ("compute_mode", "-c"), "mig": ("mig.mode.pending", "-mig"), "ecc": ("ecc.mode.pending", "-e")}
+MODE_ARGS = {"Default": "DEFAULT", "Exclusive_Process": "EXCLUSIVE_PROCESS", "Prohibited": "PROHIBITED",
+             "Enabled": "1", "Disabled": "0"}
+
+
+def gpu_mode_now(module, gpu, field):
+    argv = ["nvidia-smi", "-i", gpu, "--query-gpu=" + field, "--format=csv,noheader"]
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg="`%s` exited %d: %s" % (" ".join(argv), rc, (err or out).strip()))
+    return out.strip()
+
+
+def gpu_mode_change(module, change):
+    gpu, mode, value = change["gpu"], change.get("gpu_mode"), change.get("value")
+    if not re.match(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$", gpu):
+        module.fail_json(msg="not a GPU bus id: %r" % (gpu,))
+    if mode not in GPU_MODES or value not in MODE_ARGS or (mode == "compute") != (value not in ("Enabled", "Disabled")):
+        module.fail_json(msg="not a GPU mode gpuhost sets: %s %r" % (mode, value))
+    field, flag = GPU_MODES[mode]
+    now = gpu_mode_now(module, gpu, field)
+    if now == value:
+        return []
+    if not module.check_mode:
+        argv = ["nvidia-smi", "-i", gpu, flag, MODE_ARGS[value]]
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            module.fail_json(msg="`%s` exited %d: %s" % (" ".join(argv), rc, (err or out).strip()))
+        back = gpu_mode_now(module, gpu, field)
+        if back != value:
+            # nvidia-smi treats a GPU that does not support the mode as a warning and exits 0
+            module.fail_json(msg="`%s` did not take: %s reads %s (%s)" % (" ".join(argv), field, back, " ".join(out.split())))
+    return [("%s %s: %s" % (gpu, field, now), "%s %s: %s" % (gpu, field, value))]
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(changes=dict(type="list", elements="dict", required=True)),
                            supports_check_mode=True)
@@ -166,6 +205,8 @@ def main():
             done += pci_change(module, change)
         elif change.get("persistence"):
             done += persistence_change(module)
+        elif "gpu" in change and "gpu_mode" in change:
+            done += gpu_mode_change(module, change)
         elif "gpu" in change:
             done += power_limit_change(module, change)
         elif "path" in change or "glob" in change:

@@ -97,6 +97,21 @@ def test_cpu_governor(view: View):
     assert set(epp) <= {"performance"}
 
 
+def test_cpu_boost(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    out = view.host.run(f"for p in {CPU}/cpufreq/policy*; do echo $(cat $p/scaling_max_freq) $(cat $p/cpuinfo_max_freq)"
+                        f" $(cat $p/boost 2>/dev/null || echo -); done").stdout
+    rows = [l.split() for l in out.splitlines() if l.strip()]
+    if not rows:
+        view.skip("no cpufreq policy (a VM, or cpufreq off): no frequency to boost")
+    assert [r for r in rows if int(r[0]) < int(r[1])] == [], "a policy capped below cpuinfo_max_freq"
+    assert [r for r in rows if r[2] == "0"] == [], "a policy with boost off"
+    switches = view.host.run(f"cat {CPU}/cpufreq/boost 2>/dev/null; cat {CPU}/intel_pstate/no_turbo 2>/dev/null "
+                             "| sed 's/^/no_turbo=/'").stdout.split()
+    assert "0" not in switches and "no_turbo=1" not in switches, switches
+
+
 def test_cpu_cstates(view: View):
     if not host_level(view):
         view.skip(CONTAINER)
@@ -375,6 +390,71 @@ def test_nvidia_power_limit(view: View):
             assert unit.exists and f"-i {bus} -pl {want}" in unit.content_string, f"nothing sets {bus} to {want} W at boot"
             assert persistence == "Enabled", f"{bus}: persistence off, the driver drops the limit"
             assert f"-i {bus} -pm 1" in unit.content_string, f"nothing keeps {bus} persistent for its limit at boot"
+
+
+def _wanted(value) -> str | None:
+    """An optional bool of the inventory as nvidia-smi words it; None where it is not set."""
+    word = str(value).strip().lower()
+    return "Enabled" if word in ("true", "yes", "on", "1") else "Disabled" if word in ("false", "no", "off", "0") else None
+
+
+def test_nvidia_gpu_modes(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    if not view.host.exists("nvidia-smi"):
+        view.skip("no nvidia-smi: no NVIDIA driver here")
+    res = view.host.run("nvidia-smi --query-gpu=pci.bus_id,compute_mode,mig.mode.current,mig.mode.pending,"
+                        "ecc.mode.current,ecc.mode.pending --format=csv,noheader")
+    if "No devices were found" in res.stdout:
+        view.skip(NO_GPU)
+    assert res.rc == 0, res.stdout + res.stderr
+    compute = view.setting("gpuhost_nvidia_compute_mode", "Default")
+    wants = {"MIG": _wanted(view.setting("gpuhost_nvidia_mig", "")), "ECC": _wanted(view.setting("gpuhost_nvidia_ecc", ""))}
+    for line in res.stdout.strip().splitlines():
+        bus, mode, mig_now, mig_next, ecc_now, ecc_next = [c.strip() for c in line.split(",")]
+        assert mode == compute, f"{bus} is in compute mode {mode}, not {compute}"
+        for name, now, pending in (("MIG", mig_now, mig_next), ("ECC", ecc_now, ecc_next)):
+            if now.startswith("["):
+                assert wants[name] != "Enabled", f"{bus} has no {name}, which the inventory wants on"
+                continue
+            assert now == pending, f"{bus} {name} is {now}, {pending} waits for a reset"
+            assert wants[name] in (None, now), f"{bus} {name} is {now}, not {wants[name]}"
+
+
+DRIVER_PACKAGE = re.compile(r"^(?!nvidia-(container|docker|prime)|libnvidia-container)"
+                            r"(nvidia-|libnvidia-|libcuda1|libnvcuvid1|libnvoptix1|cuda-drivers|xserver-xorg-video-nvidia"
+                            r"|firmware-nvidia-gsp|linux-(modules|objects|signatures)-nvidia-)")
+
+
+def test_nvidia_driver_pinned(view: View):
+    # hosts and guests alike: a container's own apt upgrades its own driver libraries
+    if not view.host.exists("dpkg-query"):
+        view.skip("no dpkg: not a Debian-family system")
+    listed = view.host.run("dpkg-query -W -f='${Package} ${Status}\\n'").stdout.splitlines()
+    installed = {l.split()[0]: l.split()[1] for l in listed if l.endswith(" installed")}
+    if "unattended-upgrades" not in installed:
+        view.skip("unattended-upgrades is not installed")
+    dump = view.host.run("apt-config dump").stdout
+    periodic = re.search(r'^APT::Periodic::Unattended-Upgrade "(.*)";$', dump, re.M)
+    if not periodic or periodic.group(1).strip() in ("", "0"):
+        view.skip("unattended-upgrades is installed but off (APT::Periodic::Unattended-Upgrade 0)")
+    drivers = sorted(n for n in installed if DRIVER_PACKAGE.match(n))
+    if not drivers:
+        view.skip("no NVIDIA driver package installed: apt does not upgrade the driver")
+    patterns = re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', dump, re.M)
+
+    def kept(name: str) -> bool:
+        # unattended-upgrades: each entry a Python regular expression, matched at the start
+        return installed[name] == "hold" or any(_matches(p, name) for p in patterns)
+
+    assert [n for n in drivers if not kept(n)] == [], "unattended-upgrades may upgrade these under the loaded module"
+
+
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.match(pattern, name) is not None
+    except re.error:
+        return False
 
 
 def test_nvidia_p2p(view: View):

@@ -256,9 +256,23 @@ class PowerLimit:
         fix.setdefault("runtime", []).append({"gpu": self.bus_id, "power_limit_w": self.watts})
 
 
+@dataclass(frozen=True)
+class GpuMode:
+    """A GPU's compute mode set now (nvidia-smi -c), or its MIG or ECC mode set as pending
+    (nvidia-smi -mig / -e: a GPU reset or reboot makes it current), on the GPU at that bus
+    address only, read back after (compute_mode, mig.mode.pending, ecc.mode.pending)."""
+    STEP = "runtime"
+    bus_id: str
+    mode: str                       # compute | mig | ecc
+    value: str                      # Default | Exclusive_Process | Prohibited; Enabled | Disabled
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("runtime", []).append({"gpu": self.bus_id, "gpu_mode": self.mode, "value": self.value})
+
+
 KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, LxcRepair, BootUnit, UnitRemoval,
-         UnitEnable, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit)
-RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence, PowerLimit)
+         UnitEnable, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
+RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 # every key a fix may hold, and the kind that owns it
 KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
         "headers": KernelSeries, "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
@@ -323,6 +337,8 @@ def kinds_of(fix: dict) -> list:
     for c in fix.get("runtime") or []:
         if c.get("persistence"):
             out.append(Persistence())
+        elif c.get("gpu") and c.get("gpu_mode"):
+            out.append(GpuMode(c["gpu"], c["gpu_mode"], c["value"]))
         elif c.get("gpu"):
             out.append(PowerLimit(c["gpu"], int(c["power_limit_w"])))
         elif c.get("pci"):
@@ -348,11 +364,14 @@ def runtime_plan(kinds: list) -> list[str]:
     writes: dict[tuple[str, str], list[str]] = {}
     registers: dict[tuple[str, str, str], list[str]] = {}
     limits: dict[int, list[str]] = {}
+    modes: dict[tuple[str, str], list[str]] = {}
     for k in kinds:
         if isinstance(k, Persistence):
             out.append("persistence mode on for every GPU")
         elif isinstance(k, PowerLimit):
             limits.setdefault(k.watts, []).append(k.bus_id)
+        elif isinstance(k, GpuMode):
+            modes.setdefault((k.mode, k.value), []).append(k.bus_id)
         elif isinstance(k, PciRegister):
             registers.setdefault((k.register, k.value, k.mask), []).append(f"{k.bdf} [{k.device}]")
         elif isinstance(k, RuntimeWrite):
@@ -364,6 +383,10 @@ def runtime_plan(kinds: list) -> list[str]:
         out.append(f"set PCI register {register} to {value} (bits {mask}) on {', '.join(devices)}")
     for watts, gpus in limits.items():
         out.append(f"power limit {watts} W (nvidia-smi -pl) on GPU {', '.join(gpus)}")
+    for (mode, value), gpus in modes.items():
+        out.append(f"compute mode {value} (nvidia-smi -c) on GPU {', '.join(gpus)}" if mode == "compute" else
+                   f"{mode.upper()} {value}, pending until the GPU resets or the host reboots (nvidia-smi "
+                   f"-{'mig' if mode == 'mig' else 'e'}) on GPU {', '.join(gpus)}")
     return out
 
 

@@ -20,7 +20,8 @@ class Param:
     """An inventory variable: its default is written here once (roles' defaults, argument
     specs and READMEs are made from it) and the inventory check enforces type and bounds."""
     name: str                        # gpuhost_*
-    type: str                        # an argument_spec type: str, int, bool, list
+    type: str                        # an argument_spec type: str, int, bool, list; raw: a bool that may be
+                                     # left unset ("": the judgement does not ask for a value)
     default: object
     key: str | None                  # the judgement's settings key; None: only the role's tasks read it
     doc: str                         # one line, for the role's README and argument specs
@@ -69,6 +70,19 @@ class Finding:
         return {"control": self.control, "status": self.status, "observed": self.observed,
                 "expected": self.expected, "reboot_required": self.reboot_required,
                 "message": self.message, "changed": self.changed, "fix": self.fix}
+
+
+# what Ansible's bool filter reads as true and false (a `-e` value is a string)
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on", "1", "y", "t"), ("false", "no", "off", "0", "n", "f")
+
+
+def flag(value: object, unset: object = None) -> object:
+    """An inventory bool as the judgement reads it: True, False, or *unset* where it is not
+    given ("" or None: an optional bool, a Param of type raw)."""
+    if isinstance(value, bool):
+        return value
+    word = str(value if value is not None else "").strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else unset
 
 
 def na(cid: str, why: str) -> Finding:

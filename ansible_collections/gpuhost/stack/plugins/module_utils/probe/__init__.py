@@ -17,6 +17,7 @@ import subprocess
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.boot import REFRESH_JOURNAL, BootProbe  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cpu import CpuProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.devices import DevicesProbe
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.packages import PackagesProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.grubcfg import grub_default_kernel, grub_entry_ids, grub_menu, grubenv_values, version_key  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig import parse_config  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.proxmox import ProxmoxProbe
@@ -32,7 +33,7 @@ __all__ = ["Probe", "REFRESH_JOURNAL", "GRUB_VARS", "ShellValueError", "read_she
            "OWNED_UNITS", "WATCHED_SYSCTLS"]
 
 
-class Probe(BootProbe, CpuProbe, DevicesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe):
+class Probe(BootProbe, CpuProbe, DevicesProbe, PackagesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe):
     """Reads under *root* ('/' on a real host; a directory tree in unit tests)."""
 
     def __init__(self, root="/", run=None):
@@ -72,7 +73,7 @@ class Probe(BootProbe, CpuProbe, DevicesProbe, ProxmoxProbe, SysctlProbe, UnitsP
     def gather(self):
         facts = {}
         for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "vms", "block", "units"):
+                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "vms", "block", "units", "apt"):
             facts[name] = self.section(name, getattr(self, "probe_" + name))
         facts["errors"] = self.errors
         facts["is_root"] = os.geteuid() == 0

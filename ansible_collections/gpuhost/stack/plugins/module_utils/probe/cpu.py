@@ -52,11 +52,21 @@ class CpuProbe:
             epp = self.read1(rel + "/energy_performance_preference")
             if epp is not None:
                 pol["epp"] = epp
+            # boost per policy (6.3+) and the frequency cap: a scaling_max_freq below the
+            # hardware's cpuinfo_max_freq (Documentation/admin-guide/pm/cpufreq.rst)
+            boost = _int(self.read1(rel + "/boost"))
+            if boost is not None:
+                pol["boost"] = boost
+            pol["max_khz"] = _int(self.read1(rel + "/scaling_max_freq"))
+            pol["cpuinfo_max_khz"] = _int(self.read1(rel + "/cpuinfo_max_freq"))
             policies.append(pol)
         policies.sort(key=lambda x: x["id"])
         # driver and governors once, not per policy: on a 256-CPU host they were most of the facts
         return {"driver": driver, "governors": governors,
-                "amd_pstate_status": self.read1("/sys/devices/system/cpu/amd_pstate/status"), "policies": policies}
+                "amd_pstate_status": self.read1("/sys/devices/system/cpu/amd_pstate/status"), "policies": policies,
+                # the boost switches: cpufreq/boost (drivers with set_boost), intel_pstate/no_turbo
+                "boost": _int(self.read1("/sys/devices/system/cpu/cpufreq/boost")),
+                "no_turbo": _int(self.read1("/sys/devices/system/cpu/intel_pstate/no_turbo"))}
 
     def probe_cpuidle(self):
         driver = self.read1("/sys/devices/system/cpu/cpuidle/current_driver")
@@ -76,6 +86,11 @@ class CpuProbe:
     def probe_numa(self):
         nodes = [os.path.basename(n) for n in self.glob("/sys/devices/system/node/node[0-9]*")]
         return {"nodes": len(nodes) or 1}
+
+
+def _int(text):
+    """A sysfs number, or None where the file is absent or holds no number."""
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def parse_cpulist(text):

@@ -124,7 +124,7 @@ class DevicesProbe:
                                 "name": row["name"], "compute_cap": row.get("compute_cap"),
                                 "persistence": row["persistence_mode"] == "Enabled",
                                 "memory_mib": _mib(row.get("memory.total")),
-                                "power": smi_power(row), "health": smi_health(row)})
+                                "power": smi_power(row), "health": smi_health(row), "modes": smi_modes(row)})
             out["userspace"] = row["driver_version"]
         if not out["gpus"] and "No devices were found" in text:
             out["no_devices"] = True
@@ -165,7 +165,8 @@ class DevicesProbe:
 SMI_CORE = ("index", "pci.bus_id", "name", "driver_version", "persistence_mode")
 SMI_FIELDS = SMI_CORE + ("compute_cap", "memory.total", "power.limit", "enforced.power.limit", "power.default_limit",
                          "power.min_limit", "power.max_limit", "gpu_recovery_action", "remapped_rows.pending",
-                         "retired_pages.pending")
+                         "retired_pages.pending", "compute_mode", "mig.mode.current", "mig.mode.pending",
+                         "ecc.mode.current", "ecc.mode.pending")
 POWER_FIELDS = (("limit_w", "power.limit"), ("enforced_w", "enforced.power.limit"), ("default_w", "power.default_limit"),
                 ("min_w", "power.min_limit"), ("max_w", "power.max_limit"))
 
@@ -199,6 +200,23 @@ def smi_health(row):
     return {"recovery_action": action if action and not action.startswith("[") and action != "N/A" else None,
             "remapped_rows_pending": _yes_no(row.get("remapped_rows.pending")),
             "retired_pages_pending": _yes_no(row.get("retired_pages.pending"))}
+
+
+def _mode(cell):
+    cell = (cell or "").strip()
+    return cell if cell in ("Enabled", "Disabled") else None
+
+
+def smi_modes(row):
+    """A GPU's compute mode (Default, Exclusive_Process, Prohibited) and its MIG and ECC modes
+    as [current, pending]; None for a mode the GPU does not have ([N/A]: MIG on a GeForce) or
+    a field the driver does not know."""
+    compute = (row.get("compute_mode") or "").strip()
+    return {"compute": compute if re.match(r"^[A-Za-z_]+$", compute) else None,
+            "mig": [_mode(row.get("mig.mode.current")), _mode(row.get("mig.mode.pending"))]
+            if _mode(row.get("mig.mode.current")) else None,
+            "ecc": [_mode(row.get("ecc.mode.current")), _mode(row.get("ecc.mode.pending"))]
+            if _mode(row.get("ecc.mode.current")) else None}
 
 
 # an Xid as the NVIDIA driver logs it: "NVRM: Xid (PCI:0000:5d:00): 79, pid=..., GPU has fallen
