@@ -100,10 +100,14 @@ class Machine:
                             for g in (spec.nvidia.gpus if spec.nvidia else []) if g.power}
         # the compute mode resets at boot (NVML nvmlDeviceSetComputeMode: not persisted across
         # reboots on Linux); MIG and ECC changes wait in the GPU as pending until the next boot
-        # (nvidia-smi -q Current/Pending): *nvram* carries them from boot to boot
+        # (nvidia-smi -q Current/Pending): *nvram* carries them (and whether it booted) from boot to boot
         gpus = spec.nvidia.gpus if spec.nvidia else []
-        self.compute_mode = {g.bdf: g.compute_mode for g in gpus}
         self.nvram = {} if nvram is None else nvram
+        # the spec's compute mode is what the host has when the lab starts (set by hand or a
+        # job's prologue since its last boot); every boot after that starts in Default
+        first_boot = not self.nvram.get("booted")
+        self.nvram["booted"] = True
+        self.compute_mode = {g.bdf: (g.compute_mode if first_boot else "Default") for g in gpus}
         self.modes: dict[str, dict[str, list[str] | None]] = {}
         for g in gpus:
             kept = self.nvram.get(g.bdf)

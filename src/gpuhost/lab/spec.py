@@ -264,8 +264,9 @@ class Gpu(_Strict):
     # rebar_max_mib 0: no Resizable BAR capability (a GPU with a fixed aperture, like a V100)
     bar_mib: Optional[int] = Field(default=None, ge=1)
     rebar_max_mib: Optional[int] = Field(default=None, ge=0)
-    # hostspec.md: the compute mode at boot (NVML: not persisted across reboots on Linux),
-    # MIG and ECC as current and pending; null: the GPU does not have the feature ([N/A])
+    # hostspec.md: the compute mode when the lab starts (NVML: not persisted across reboots on
+    # Linux, so every later boot starts in Default), MIG and ECC as current and pending; null:
+    # the GPU does not have the feature ([N/A])
     compute_mode: Literal["Default", "Exclusive_Process", "Prohibited"] = "Default"
     mig: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Disabled", pending="Disabled"))
     ecc: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Enabled", pending="Enabled"))
