@@ -69,6 +69,39 @@ class Rendered:
     def remove(self, path: str) -> None:
         (self.root / path.lstrip("/")).unlink()
 
+    def apply_fix(self, fix: dict) -> list[str]:
+        """A finding's fix applied to this host as the roles apply its kinds: files written
+        (an edit only over the text the judgement read), runtime values written through the
+        kernel model, initramfs images built again. The plan lines of what it applied; a kind
+        the harness does not apply yet is an error, never skipped."""
+        import hashlib
+        from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes
+        done = []
+        for kind in fixes.kinds_of(fix):
+            if isinstance(kind, fixes.FileContent):
+                self.write(kind.path, kind.content)
+            elif isinstance(kind, fixes.FileEdit):
+                target = self.root / kind.path.lstrip("/")
+                now = hashlib.sha256(target.read_bytes()).hexdigest() if target.exists() else "absent"
+                assert now == kind.expect_sha256, f"{kind.path} changed since the judgement read it"
+                self.write(kind.path, kind.content)
+            elif isinstance(kind, fixes.RuntimeWrite) and kind.path:
+                self.machine.tree.nodes[kind.path.lstrip("/")].put(kind.value.encode())
+            elif isinstance(kind, fixes.Initramfs):
+                provision.build_initramfs(self.root, self.spec)
+            else:
+                raise NotImplementedError(f"the scenario harness does not apply {type(kind).__name__} yet")
+            done += kind.plan() if hasattr(kind, "plan") else [type(kind).__name__]
+        lay_out_kernel_files(self.root, self.machine)
+        return done
+
+    def reboot(self) -> None:
+        """The next boot: the kernel model boots from the disk as it is now."""
+        (self.root / "proc/stat").unlink(missing_ok=True)
+        self.machine = boot(self.spec, self.root, nvram=self.machine.nvram)
+        self.smi = SmiStub(self.machine, self.smi.r470)
+        lay_out_kernel_files(self.root, self.machine)
+
     def run(self, argv: list[str]) -> tuple[int, str, str]:
         tool = argv[0][len(str(self.root)):] if argv[0].startswith(str(self.root)) else argv[0]
         if tool.endswith("pveversion"):
@@ -148,6 +181,7 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
     provision._provision_host(root, spec)
     provision._write(root, "etc/os-release", provision.os_release(spec))
     provision.write_spec_files(root, spec.files)
+    provision.build_initramfs(root, spec)
     if spec.is_proxmox:
         provision._write(root, "usr/bin/pveversion", "#!/bin/sh\n", 0o755)
     if spec.is_proxmox or spec.boot.loader != "grub":
@@ -157,10 +191,20 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
     provision._write(root, "usr/bin/apt-config", "#!/bin/sh\n", 0o755)
     if before_boot:
         before_boot(root)
-    state = boot_state(spec, root)
-    machine = Machine(spec, state, lambda a: None, lambda v: None)
+    machine = boot(spec, root)
     for path, value in (live or {}).items():
         machine.tree.nodes[path.lstrip("/")].put(str(value).encode())
+    lay_out_kernel_files(root, machine)
+    return Rendered(root, spec, machine, SmiStub(machine, r470))
+
+
+def boot(spec: HostSpec, root: Path, nvram: dict | None = None) -> Machine:
+    """One boot of the kernel model from what is on *root*'s disk now."""
+    return Machine(spec, boot_state(spec, root), lambda a: None, lambda v: None, nvram=nvram)
+
+
+def lay_out_kernel_files(root: Path, machine: Machine) -> None:
+    """The model's /sys and /proc as files under *root*, as the lab's FUSE serves them."""
     for path, value in machine.tree.snapshot().items():
         target = root / path
         if path == "proc/stat" and target.exists():
@@ -176,7 +220,6 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
     for path, _major, _minor in machine.dev_nodes():      # the lab's init makes them as char nodes
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(b"")
-    return Rendered(root, spec, machine, SmiStub(machine, r470))
 
 
 # ---- scenarios as data: tests/controls/<id>.yml --------------------------------------------
@@ -186,7 +229,7 @@ BASE_HOST: dict = _BASE["host"]
 FRAGMENTS: dict = _BASE["fragments"]
 SUFFIX = {"pass": ("pass",), "na": ("na",), "fail": ("drift", "manual", "pending_reboot", "error")}
 KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "live", "unreadable", "settings",
-        "expect", "says"}
+        "expect", "says", "cycle"}
 
 
 def _set_path(data: dict, path: str, value) -> None:

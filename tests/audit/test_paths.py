@@ -41,7 +41,7 @@ def test_intel_grub_full_cycle_with_inventory_variables_and_a_waiver(make_lab, t
         "iommu.mode": "drift",
         "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
         "nvidia.persistence": "drift", "nvidia.power_limit": "na", "nvidia.gpu_modes": "pass", "nvidia.p2p": "na", "nvidia.driver_pinned": "na", "lxc.gpu_passthrough": "na",
-        "storage.scheduler": "pass", "health.gpu": "pass"}
+        "storage.scheduler": "pass", "storage.zfs_arc": "na", "health.gpu": "pass"}
     assert "x8" in audit.finding("intel-grub", "pcie.link")["message"]
     assert "riser is x8" in audit.finding("intel-grub", "pcie.link")["message"]
     gov = audit.finding("intel-grub", "cpu.governor")
@@ -417,7 +417,7 @@ def test_a_hung_tool_fails_its_host_within_the_timeout_and_the_rest_is_reported(
     assert run.rc == 3, run.stderr
     hung = run.report["hosts"]["llm-two"]
     assert "timed out after 8 s" in hung["error"], hung
-    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 23, "the rest of the fleet finished and is reported"
+    assert len(run.report["hosts"]["pve-gpu1"]["findings"]) == 24, "the rest of the fleet finished and is reported"
     bad = gpuhost("audit", "-i", str(lab.inventory), "--task-timeout", "soon")
     assert bad.rc == 1 and bad.stderr.count("\n") == 1 and "not a whole number of seconds: 'soon'" in bad.stderr
 

@@ -186,3 +186,43 @@ def test_an_allow_whose_comment_lxc_cannot_parse_is_for_a_person():
     pt = lxcconf.inspect("129", text)
     (why,) = lxcconf.blockers(pt, DEVICES, [])
     assert "cannot parse" in why and "rw # nvidia" in why
+
+
+def test_zfs_arc_fix_edits_the_file_that_sets_the_limit_and_keeps_every_other_byte(tmp_path):
+    """The limit that counts is the last one modprobe reads (here the operator's 99-local.conf,
+    on a host with no zfs.conf): the fix edits that line only (its comment, its other option, the file's other lines kept),
+    and on a 128 GiB host sets zfs_arc_min below a maximum the default minimum would void."""
+    import scenarios
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls.storage_zfs_arc import edited_line
+
+    local = "# ARC for the old workload\r\noptions zfs zfs_arc_max=68719476736 zfs_prefetch_disable=1\r\n# end\n"
+    assert edited_line(local, 2, {"zfs_arc_max": 2147483648, "zfs_arc_min": 2147483647}) == (
+        "# ARC for the old workload\r\noptions zfs zfs_arc_max=2147483648 zfs_prefetch_disable=1 zfs_arc_min=2147483647\r\n"
+        "# end\n")
+    data = scenarios.merge(scenarios.BASE_HOST, {"zfs": {}})
+    data["files"] = {"/etc/modprobe.d/99-local.conf": local}
+    host = scenarios.render(data, tmp_path)
+    # 128 GiB less the base host's GPU container (0.5 GiB) and 119 GiB kept: 8.5 GiB fit
+    f = host.finding("storage.zfs_arc", zfs_reserve_gib=119)
+    assert f["status"] == "drift" and f["message"].endswith("limit it to 8.5 GiB"), f
+    edit, = f["fix"]["files"]
+    assert edit["path"] == "/etc/modprobe.d/99-local.conf"
+    assert edit["content"] == local.replace("zfs_arc_max=68719476736", "zfs_arc_max=9126805504")
+    assert f["fix"]["runtime"] == [{"path": "/sys/module/zfs/parameters/zfs_arc_max", "value": "9126805504"}]
+    assert f["fix"]["initramfs"] is True, "root=ZFS=: the module reads the initramfs' copy"
+
+
+def test_lab_up_refuses_a_zfs_host_in_one_line_before_it_starts_anything(tmp_path):
+    """A lab host's /proc is the machine's procfs, which takes no /proc/spl: `lab up` names the
+    spec and the reason, and leaves its directory unmade."""
+    import pytest
+    import scenarios
+    import yaml
+    from gpuhost.lab import manager
+
+    data = scenarios.merge(scenarios.BASE_HOST, {"zfs": {}, "hostname": "zfs-host"})
+    spec = tmp_path / "zfs-host.yml"
+    spec.write_text(yaml.safe_dump(data))
+    with pytest.raises(manager.LabError, match=r"^zfs-host: zfs: the lab cannot show /proc/spl/kstat/zfs") as err:
+        manager.up([str(spec)], tmp_path / "lab")
+    assert "\n" not in str(err.value) and not (tmp_path / "lab").exists()

@@ -559,3 +559,58 @@ def test_a_real_mig_gpu_is_drift_where_the_inventory_wants_mig_off(tmp_path):
     assert off["status"] == "drift" and off["message"] == "0000:41:00.0 MIG is Enabled, Disabled wanted", off
     assert off["fix"]["runtime"] == [{"gpu": "00000000:41:00.0", "gpu_mode": "mig", "value": "Disabled"}]
     assert off["reboot_required"] is True
+
+
+def test_real_zfs_conf_files_read_as_the_limit_they_set():
+    """Two zfs.conf files posted in OpenZFS issues: 8 GiB in decimal, and in hex with a
+    commented-out zfs_arc_min (which sets nothing)."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import zfs
+
+    hexa = zfs.options_in((DATA / "zfs/zfs-conf-arc-max-hex").read_text(), "zfs")
+    assert ("zfs_arc_max", "0x200000000", 1) in hexa and not [o for o in hexa if o[0] == "zfs_arc_min"]
+    assert int("0x200000000", 0) == 8 << 30
+    assert zfs.options_in((DATA / "zfs/zfs-conf-arc-max-8g").read_text(), "zfs") == [("zfs_arc_max", "8589934592", 1)]
+
+
+def test_a_real_hex_zfs_conf_limits_the_arc_on_the_lab_host(tmp_path):
+    """The hex zfs.conf on the base host (128 GiB, no ZFS root): the kernel model loads zfs
+    with 8 GiB, arcstats shows it in effect, and storage.zfs_arc passes."""
+    data = scenarios.merge(scenarios.BASE_HOST, {"zfs": {}})
+    data["files"] = {"/etc/modprobe.d/zfs.conf": (DATA / "zfs/zfs-conf-arc-max-hex").read_text()}
+    host = scenarios.render(data, tmp_path)
+    f = host.finding("storage.zfs_arc")
+    assert f["status"] == "pass" and f["message"].startswith("the ARC is limited to 8.0 GiB, live and at boot"), f
+
+
+def test_real_arcstats_read_as_the_limits_in_effect(tmp_path):
+    """arcstats of a real 32 GB host (OpenZFS issue 1779): c_max 16 GiB, c_min 3.5 GiB, read
+    by the probe as the limits in effect."""
+    text = (DATA / "zfs/arcstats-c-max-32g").read_text()
+    stats = text[text.index("\nc "):]
+    (tmp_path / "proc/spl/kstat/zfs").mkdir(parents=True)
+    (tmp_path / "proc/spl/kstat/zfs/arcstats").write_text("13 1 0x01 96 4608 1 2\nname type data" + stats)
+    (tmp_path / "sys/module/zfs/parameters").mkdir(parents=True)
+    (tmp_path / "sys/module/zfs/parameters/zfs_arc_max").write_text("17179869184\n")
+    (tmp_path / "proc/meminfo").write_text("MemTotal:       32890000 kB\n")
+    z = probe.Probe(str(tmp_path)).probe_zfs()
+    assert (z["c_max"], z["c_min"], z["arc_max"]) == (17179869184, 3758096384, 17179869184)
+
+
+def test_real_unattended_upgrades_settings_and_the_driver_package_it_upgraded(tmp_path):
+    """A real 20auto-upgrades, read by the real apt-config on a host with the driver's
+    packages: unattended-upgrades runs, the driver is exposed (drift). The package a real
+    unattended-upgrade replaced under a loaded module (libnvidia-common-460, history.log) is
+    one gpuhost counts as the driver's."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe.packages import DRIVER_PACKAGE
+
+    history = (DATA / "apt/history-unattended-nvidia-460").read_text()
+    assert "Commandline: /usr/bin/unattended-upgrade" in history
+    upgraded = re.findall(r"(\S+):amd64 \(", history)
+    assert upgraded == ["libnvidia-common-460"] and all(DRIVER_PACKAGE.match(p) for p in upgraded)
+    data = scenarios.merge(scenarios.BASE_HOST, {"os": {"unattended_upgrades": True}})
+    host = scenarios.render(data, tmp_path)
+    host.write("/etc/apt/apt.conf.d/20auto-upgrades", (DATA / "apt/20auto-upgrades").read_text().split("\n", 1)[1])
+    f = host.finding("nvidia.driver_pinned")
+    assert f["status"] == "drift" and "nvidia-driver" in f["message"], f
+    host.write("/etc/apt/apt.conf.d/20auto-upgrades", 'APT::Periodic::Unattended-Upgrade "0";\n')
+    assert host.status("nvidia.driver_pinned") == "na"

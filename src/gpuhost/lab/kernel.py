@@ -142,6 +142,7 @@ class BootState:
     loader: str = "grub"
     cpuidle_driver: str | None = None   # None: the spec's
     offline: tuple[int, ...] = ()       # CPUs not brought up this boot
+    zfs: dict = field(default_factory=dict)     # the zfs module's parameters as this boot set them
 
     @property
     def proc_cmdline(self) -> str:
@@ -411,6 +412,26 @@ def sysctl_after_boot(spec: HostSpec, root: Path, params: dict[str, str]) -> dic
     return values
 
 
+def zfs_params_at_boot(spec: HostSpec, root: Path, release: str) -> dict[str, int]:
+    """zfs_arc_max and zfs_arc_min as the zfs module gets them at this boot: from the
+    initramfs of *release* when root is on ZFS (the module loads before the root file
+    system), else from the root's modprobe.d; 0 (the default) where nothing sets one."""
+    if spec.zfs is None:
+        return {}
+    if spec.zfs_root:
+        files = shimlib.initramfs_modprobe(_read(root, f"boot/initrd.img-{release}") or "")
+    else:
+        files = shimlib.modprobe_files(str(root))
+    options = shimlib.modprobe_options(files, "zfs")
+    out = {}
+    for name in ("zfs_arc_max", "zfs_arc_min"):
+        try:
+            out[name] = int(options.get(name, "0"), 0)
+        except ValueError:
+            out[name] = 0
+    return out
+
+
 def _resolve_in_root(root: Path, path: Path) -> Path | None:
     """Follow symlinks inside the host's root, never out of it."""
     for _ in range(8):
@@ -570,6 +591,7 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
         consumed_next_boot_pin=once,
         loader=spec.boot.loader,
         offline=offline_cpus(spec, params),
+        zfs=zfs_params_at_boot(spec, root, release),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -201,6 +202,7 @@ class Machine:
         self._render_iommu(t)
         self._render_misc(t)
         self._render_block(t)
+        self._render_zfs(t)
         self._render_proc(t)
         self._render_ctl(t)
 
@@ -395,6 +397,49 @@ class Machine:
             t.link(f"{g}/devices/{dev.bdf}", "../../../../" + self.dev_path(dev.bdf).removeprefix("sys/"))
             path = self.dev_path(dev.bdf)
             t.link(f"{path}/iommu_group", "../" * path.count("/") + f"kernel/iommu_groups/{n}")
+
+    def _render_zfs(self, t: Tree) -> None:
+        """The zfs module's ARC limits (module/os/linux/zfs/arc_os.c, arc.c arc_tuning_update):
+        zfs_arc_max 0 is the default, half of RAM up to 2.2 and max(5/8 of RAM, RAM - 1 GiB)
+        from 2.3; the minimum defaults to max(32 MiB, RAM/32). A zfs_arc_max takes effect only
+        from 64 MiB, below RAM and above the minimum (else it is kept and ignored: PVE's ZFS
+        docs); a zfs_arc_min from 32 MiB up to the maximum. arcstats shows the limits in effect."""
+        z = self.spec.zfs
+        if z is None:
+            return
+        self.arc_ram = self.spec.memory_mib << 20
+        new = tuple(int(x) for x in re.findall(r"\d+", z.version)[:2]) >= (2, 3)
+        self.arc_default_max = max(self.arc_ram * 5 // 8, self.arc_ram - (1 << 30)) if new else self.arc_ram // 2
+        self.arc_default_min = max(32 << 20, self.arc_ram // 32)
+        self.arc_params = {"zfs_arc_max": self.boot.zfs.get("zfs_arc_max", 0),
+                           "zfs_arc_min": self.boot.zfs.get("zfs_arc_min", 0)}
+        self.arc_c = {"c_max": self.arc_default_max, "c_min": self.arc_default_min}
+        self._arc_tune()
+        t.attr("sys/module/zfs/version", text(z.version + "-1"))
+        for name in self.arc_params:
+            t.attr(f"sys/module/zfs/parameters/{name}", lambda name=name: text(self.arc_params[name]),
+                   lambda v, name=name: self._write_arc(name, v))
+        t.attr("proc/spl/kstat/zfs/arcstats", lambda: (
+            "13 1 0x01 123 33456 1234567890 9876543210\nname                            type data\n"
+            f"hits                            4    1000\nc                               4    {self.arc_c['c_max']}\n"
+            f"c_min                           4    {self.arc_c['c_min']}\nc_max                           4    {self.arc_c['c_max']}\n"
+            f"size                            4    {min(self.arc_c['c_max'], self.arc_ram // 4)}\n").encode())
+
+    def _arc_tune(self) -> None:
+        """arc_tuning_update: the minimum first (valid from 32 MiB up to the maximum in
+        effect), then the maximum (from 64 MiB, below RAM, above the minimum in effect)."""
+        lo, hi = self.arc_params["zfs_arc_min"], self.arc_params["zfs_arc_max"]
+        if lo and 32 << 20 <= lo <= (hi or self.arc_c["c_max"]):
+            self.arc_c["c_min"] = lo
+        if hi and 64 << 20 <= hi < self.arc_ram and hi > self.arc_c["c_min"]:
+            self.arc_c["c_max"] = hi
+
+    def _write_arc(self, name: str, value: bytes) -> None:
+        word = _word(value)
+        if not word.isdigit():
+            raise einval()
+        self.arc_params[name] = int(word)
+        self._arc_tune()
 
     def _render_misc(self, t: Tree) -> None:
         t.attr("sys/firmware/acpi/pm_profile", text(self.spec.firmware.acpi_pm_profile))

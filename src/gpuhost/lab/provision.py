@@ -157,6 +157,7 @@ def install_shims(root: Path, spec: AnySpec) -> None:
             tools["usr/bin/nvidia-persistenced"] = "nvidia-persistenced"
     if not spec.is_guest:
         tools["usr/sbin/update-grub"] = "update-grub"
+        tools["usr/sbin/update-initramfs"] = "update-initramfs"
         tools["usr/sbin/grub-probe"] = "grub-probe"     # the real grub-mkconfig asks it about the disk
     if spec.is_proxmox or (isinstance(spec, HostSpec) and spec.boot.loader in ("systemd-boot", "grub-esp")):
         # the contract's systemd-boot hosts keep their ESPs with proxmox-boot-tool
@@ -297,6 +298,7 @@ def provision(root: Path, spec: AnySpec, addr: str, host_key: Path, client_pub: 
     else:
         _provision_guest(root, spec)
     write_spec_files(root, spec.files)
+    build_initramfs(root, spec)
     _write(root, "var/lib/gpuhost-lab/provisioned", spec.hostname + "\n")
 
 
@@ -425,10 +427,21 @@ def provision_unattended_upgrades(root: Path, spec: HostSpec) -> None:
            + "\n".join(s.rstrip("\n") + "\n" for s in stanzas))
 
 
+def build_initramfs(root: Path, spec: HostSpec) -> None:
+    """Each kernel's initramfs on a ZFS root, built with the modprobe.d files the host was set
+    up with (its spec's files included): what the zfs module reads at boot."""
+    if isinstance(spec, HostSpec) and spec.zfs_root:
+        for rel in shimlib.installed_kernels(str(root)):
+            _write(root, f"boot/initrd.img-{rel}", shimlib.initramfs_image(str(root)))
+
+
 def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -> None:
     sysctl_layout(root, spec)
     if spec.os.unattended_upgrades:
         provision_unattended_upgrades(root, spec)
+    if spec.zfs is not None and spec.zfs.arc_max is not None:
+        # the PVE installer's file (8.1+): the ARC limit in bytes
+        _write(root, "etc/modprobe.d/zfs.conf", f"options zfs zfs_arc_max={spec.zfs.arc_max}\n")
     for rel in spec.kernel.installed:
         _write(root, f"boot/vmlinuz-{rel}", b"gpuhost-lab kernel image " + rel.encode() + b"\n")
         _write(root, f"boot/config-{rel}", kernel_config(spec))
@@ -446,6 +459,10 @@ def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -
         _write(root, "etc/kernel/header_postinst.d/dkms", hook, 0o755)
         _write(root, "etc/kernel/postinst.d/dkms", hook, 0o755)
     kernels = shimlib.installed_kernels(str(root))
+    # initramfs-tools' kernel hook: a new kernel gets its initramfs as it is installed
+    _write(root, "etc/kernel/postinst.d/initramfs-tools",
+           '#!/bin/sh\n# the lab\'s stand-in for initramfs-tools\' hook\n[ -n "$1" ] || exit 0\n'
+           'exec update-initramfs -c -k "$1" >&2\n', 0o755)
     if spec.kernel.pinned:
         _write(root, "etc/kernel/proxmox-boot-pin", spec.kernel.pinned + "\n")
     _write(root, "etc/kernel/postinst.d/zz-update-grub", ZZ_UPDATE_GRUB, 0o755)

@@ -341,6 +341,16 @@ class LxcContainer(_Strict):
     config: str
 
 
+class Zfs(_Strict):
+    """hostspec.md zfs: the zfs module loaded; *arc_max* is what /etc/modprobe.d/zfs.conf sets
+    (bytes; None: no file, as hosts installed before PVE 8.1 have), *root* a root on ZFS (the
+    module then loads from the initramfs, with the modprobe.d files it was built with).
+    Scenarios only: `lab up` refuses it, since a lab host's procfs cannot hold /proc/spl."""
+    version: str = "2.2.7"
+    arc_max: Optional[int] = Field(default=None, ge=0)
+    root: bool = False
+
+
 class HostSpec(_Strict):
     spec: Literal["gpuhost.hostspec/v1"]
     hostname: str
@@ -360,6 +370,12 @@ class HostSpec(_Strict):
     block: list[BlockDev]
     lxc: list[LxcContainer] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict)
+    zfs: Optional[Zfs] = None
+
+    @property
+    def zfs_root(self) -> bool:
+        """Root on ZFS: the spec says so, or the command line's root=ZFS=... (zfs-initramfs)."""
+        return self.zfs is not None and (self.zfs.root or "root=ZFS=" in self.boot.cmdline)
 
     @model_validator(mode="after")
     def _cross(self) -> "HostSpec":

@@ -261,3 +261,55 @@ def ctl_write(name: str, value: str) -> None:
 def die(msg: str, code: int) -> None:
     sys.stderr.write(msg if msg.endswith("\n") else msg + "\n")
     sys.exit(code)
+
+
+# ---- modprobe.d and the initramfs (update-initramfs, and the kernel model's zfs at boot) ----
+# modprobe.d(5): files by name across these directories, a name in an earlier one shadowing
+# the same name later; `options <module> <params>` lines of one module add up in that order
+MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d", "usr/lib/modprobe.d")
+INITRAMFS_MODPROBE = "# modprobe.d in this image:\n"
+
+
+def modprobe_files(root: str = "/") -> dict:
+    """The host's modprobe.d files as modprobe reads them: name -> text, by name."""
+    found = {}
+    for d in MODPROBE_DIRS:
+        try:
+            names = sorted(os.listdir(os.path.join(root, d)))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".conf"):
+                found.setdefault(name, os.path.join(root, d, name))
+    return {name: read(found[name], "") or "" for name in sorted(found)}
+
+
+def modprobe_options(files: dict, module: str) -> dict:
+    """The parameters *module* gets from modprobe.d texts (name -> text, in reading order):
+    the last assignment of each wins, as the kernel parses them in order."""
+    out = {}
+    for text in files.values():
+        for line in text.replace("\\\n", " ").splitlines():
+            words = line.split("#", 1)[0].split()
+            if len(words) >= 3 and words[0] == "options" and words[1].replace("-", "_") == module:
+                for word in words[2:]:
+                    name, _, value = word.partition("=")
+                    out[name] = value
+    return out
+
+
+def initramfs_image(root: str = "/") -> str:
+    """What the lab's update-initramfs puts in an image: the modprobe.d files of the moment
+    (initramfs-tools copies them in, so a module loaded from the initramfs reads those)."""
+    return "gpuhost lab initramfs\n" + INITRAMFS_MODPROBE + "".join(
+        "## %s\n%s\n" % (name, text.rstrip()) for name, text in modprobe_files(root).items())
+
+
+def initramfs_modprobe(image: str) -> dict:
+    """The modprobe.d files an image was built with."""
+    files = {}
+    if INITRAMFS_MODPROBE in image:
+        for chunk in image.split(INITRAMFS_MODPROBE, 1)[1].split("## ")[1:]:
+            name, _, text = chunk.partition("\n")
+            files[name] = text
+    return files

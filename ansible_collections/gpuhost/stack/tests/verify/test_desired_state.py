@@ -100,11 +100,12 @@ def test_cpu_governor(view: View):
 def test_cpu_boost(view: View):
     if not host_level(view):
         view.skip(CONTAINER)
-    out = view.host.run(f"for p in {CPU}/cpufreq/policy*; do echo $(cat $p/scaling_max_freq) $(cat $p/cpuinfo_max_freq)"
+    # a glob that matches nothing stays literal in sh: list the policies first
+    if not view.host.run(f"ls -d {CPU}/cpufreq/policy[0-9]* 2>/dev/null").stdout.split():
+        view.skip("no cpufreq policy (a VM, or cpufreq off): no frequency to boost")
+    out = view.host.run(f"for p in {CPU}/cpufreq/policy[0-9]*; do echo $(cat $p/scaling_max_freq) $(cat $p/cpuinfo_max_freq)"
                         f" $(cat $p/boost 2>/dev/null || echo -); done").stdout
     rows = [l.split() for l in out.splitlines() if l.strip()]
-    if not rows:
-        view.skip("no cpufreq policy (a VM, or cpufreq off): no frequency to boost")
     assert [r for r in rows if int(r[0]) < int(r[1])] == [], "a policy capped below cpuinfo_max_freq"
     assert [r for r in rows if r[2] == "0"] == [], "a policy with boost off"
     switches = view.host.run(f"cat {CPU}/cpufreq/boost 2>/dev/null; cat {CPU}/intel_pstate/no_turbo 2>/dev/null "
@@ -455,6 +456,40 @@ def _matches(pattern: str, name: str) -> bool:
         return re.match(pattern, name) is not None
     except re.error:
         return False
+
+
+def test_storage_zfs_arc(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    arc_max = view.host.run("cat /sys/module/zfs/parameters/zfs_arc_max 2>/dev/null").stdout.strip()
+    if not arc_max:
+        view.skip("no zfs module loaded")
+    c_max = int(re.search(r"^c_max\s+\d+\s+(\d+)$", view.host.file("/proc/spl/kstat/zfs/arcstats").content_string,
+                          re.M).group(1))
+    ram = int(re.search(r"^MemTotal:\s+(\d+) kB", view.host.file("/proc/meminfo").content_string, re.M).group(1)) * 1024
+    assert int(arc_max) > 0, "no ARC limit: the ARC may take half of RAM or more"
+    assert c_max == int(arc_max), f"zfs_arc_max {arc_max} is not in effect (arcstats c_max {c_max})"
+    # the containers given GPUs (any NVIDIA node or major 195 in the main section) and their memory
+    given = 0
+    for conf in view.host.run("ls /etc/pve/lxc/*.conf 2>/dev/null").stdout.split():
+        main = view.host.file(conf).content_string.split("\n[", 1)[0]
+        if re.search(r"^(lxc\.mount\.entry|dev\d+)\s*[:=]\s*\S*/?dev/nvidia|^lxc\.cgroup2\.devices\.allow\s*[:=]\s*c 195:",
+                     main, re.M):
+            m = re.search(r"^memory\s*:\s*(\d+)", main, re.M)
+            given += (int(m.group(1)) if m else 512) << 20
+    reserve = int(view.setting("gpuhost_zfs_reserve_gib", 8)) << 30
+    assert c_max + given + reserve <= ram, f"ARC {c_max} + containers {given} + reserve {reserve} > RAM {ram}"
+    # the next boot: the last zfs_arc_max modprobe reads (files by name, /etc before /lib)
+    dump = view.host.run("for d in /etc/modprobe.d /run/modprobe.d /lib/modprobe.d /usr/lib/modprobe.d; do "
+                         "ls $d/*.conf 2>/dev/null; done").stdout.split()
+    chosen = {}
+    for path in dump:
+        chosen.setdefault(path.rsplit("/", 1)[1], path)
+    persisted = None
+    for name in sorted(chosen):
+        for value in re.findall(r"^\s*options\s+zfs\s+.*?\bzfs_arc_max=(\S+)", view.host.file(chosen[name]).content_string, re.M):
+            persisted = int(value, 0)
+    assert persisted == int(arc_max), f"the next boot sets zfs_arc_max {persisted}, not {arc_max}"
 
 
 def test_nvidia_p2p(view: View):

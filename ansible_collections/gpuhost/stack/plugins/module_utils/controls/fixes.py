@@ -127,6 +127,19 @@ class FileEdit:
 
 
 @dataclass(frozen=True)
+class Initramfs:
+    """Every kernel's initramfs built again (update-initramfs -u -k all), after the files the
+    images must hold changed: a module that loads from the initramfs reads its copy of them."""
+    STEP = "initramfs"
+
+    def put(self, fix: dict) -> None:
+        fix["initramfs"] = True
+
+    def plan(self) -> list[str]:
+        return ["build every kernel's initramfs again (update-initramfs -u -k all)"]
+
+
+@dataclass(frozen=True)
 class LxcRepair:
     """Container configs repaired under Proxmox's config lock, from what they hold then
     (gpuhost.stack.lxc_config); *devices* and *dev_nodes* are what the repair may add."""
@@ -270,20 +283,20 @@ class GpuMode:
         fix.setdefault("runtime", []).append({"gpu": self.bus_id, "gpu_mode": self.mode, "value": self.value})
 
 
-KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, LxcRepair, BootUnit, UnitRemoval,
+KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, Initramfs, LxcRepair, BootUnit, UnitRemoval,
          UnitEnable, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 # every key a fix may hold, and the kind that owns it
 KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
         "headers": KernelSeries, "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
         "unpin": KernelSeries, "packages": KernelSeries, "default_release": KernelSeries, "file": FileContent,
-        "files": FileEdit, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair, "unit": BootUnit,
+        "files": FileEdit, "initramfs": Initramfs, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair, "unit": BootUnit,
         "remove_unit": UnitRemoval, "enable": UnitEnable, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
 
 # the common fix task files (roles/common/tasks/fix_<step>.yml) in the order a fix applies
 # them: the command line before the kernel it is for, packages before the module check,
 # files and units before systemd reads them again, the runtime writes last
-STEPS = ("cmdline", "pin", "series", "file", "files", "lxc", "unit", "remove_unit", "daemon_reload", "enable", "runtime")
+STEPS = ("cmdline", "pin", "series", "file", "files", "initramfs", "lxc", "unit", "remove_unit", "daemon_reload", "enable", "runtime")
 
 # keys the fix tasks do not act on: kept for a playbook that reads the finding (the kernel
 # series' packages already name its headers)
@@ -324,6 +337,8 @@ def kinds_of(fix: dict) -> list:
     if fix.get("file"):
         out.append(FileContent(fix["file"]["path"], fix["file"]["content"]))
     out += [FileEdit(f["path"], f["content"], f["expect_sha256"]) for f in fix.get("files") or []]
+    if fix.get("initramfs"):
+        out.append(Initramfs())
     if fix.get("lxc"):
         out.append(LxcRepair(tuple(fix["lxc"]), fix.get("lxc_devices") or {}, fix.get("lxc_dev_nodes")))
     if fix.get("unit"):

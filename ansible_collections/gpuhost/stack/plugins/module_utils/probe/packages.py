@@ -22,11 +22,16 @@ DRIVER_PACKAGE = re.compile(r"^(?!nvidia-(container|docker|prime)|libnvidia-cont
 APT_ITEM = re.compile(r'^(\S+) "(.*)";$')
 
 
-def parse_dpkg_status(text):
-    """Installed packages in dpkg's status file (deb-status(5)): name -> {version, hold}.
-    A stanza counts where its Status' state is installed; its want is hold or not."""
+def parse_dpkg_status(text, wanted=None):
+    """Installed packages in dpkg's status file (deb-status(5)): name -> {version, hold}, for
+    the names *wanted* accepts (all by default). A stanza counts where its Status' state is
+    installed; its want is hold or not. The name is read first, so the rest of a stanza is
+    parsed only for the packages asked for (a host has thousands)."""
     out = {}
     for stanza in text.split("\n\n"):
+        m = re.search(r"^Package:\s*(\S+)", stanza, re.M)
+        if not m or (wanted is not None and not wanted(m.group(1))):
+            continue
         fields = {}
         for line in stanza.splitlines():
             if line[:1] in (" ", "\t") or ":" not in line:
@@ -34,8 +39,8 @@ def parse_dpkg_status(text):
             key, _, value = line.partition(":")
             fields[key.strip()] = value.strip()
         status = fields.get("Status", "").split()
-        if fields.get("Package") and len(status) == 3 and status[2] == "installed":
-            out[fields["Package"]] = {"version": fields.get("Version"), "hold": status[0] == "hold"}
+        if len(status) == 3 and status[2] == "installed":
+            out[m.group(1)] = {"version": fields.get("Version"), "hold": status[0] == "hold"}
     return out
 
 
@@ -61,8 +66,8 @@ class PackagesProbe:
         status = self.read("/var/lib/dpkg/status")
         if status is None:
             return {"dpkg": False}
-        installed = parse_dpkg_status(status)
         # only what the controls read: the facts travel back to the controller
+        installed = parse_dpkg_status(status, lambda n: n == "unattended-upgrades" or DRIVER_PACKAGE.match(n))
         drivers = dict((n, p) for n, p in installed.items() if DRIVER_PACKAGE.match(n))
         out = {"dpkg": True, "driver_packages": drivers,
                "unattended_upgrades": "unattended-upgrades" in installed, "config_error": None,
