@@ -111,6 +111,10 @@ class Rendered:
             return 0, f"8A1B-2C3D is configured with: {mode} (versions: {self.machine.boot.release})\n", ""
         if tool.endswith("nvidia-smi"):
             return self.smi(argv[1:])
+        if tool.endswith("systemctl") and argv[1:2] == ["is-active"]:
+            # as the lab's systemctl answers: active while the unit's marker is in /run
+            active = (self.root / "run/gpuhost-lab-units" / argv[2]).exists()
+            return (0 if active else 3), ("active\n" if active else "inactive\n"), ""
         if tool.endswith("apt-config"):
             # the real apt-config, reading this host's /etc/apt (APT_CONFIG is read first)
             import subprocess
@@ -189,6 +193,7 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
     if spec.nvidia:
         provision._write(root, "usr/bin/nvidia-smi", "#!/bin/sh\n", 0o755)
     provision._write(root, "usr/bin/apt-config", "#!/bin/sh\n", 0o755)
+    provision._write(root, "usr/bin/systemctl", "#!/bin/sh\n", 0o755)
     if before_boot:
         before_boot(root)
     machine = boot(spec, root)
@@ -268,7 +273,8 @@ def scenario_data(sc: dict) -> dict:
 
 def before_boot_ops(ops: list[dict]) -> Callable[[Path], None] | None:
     """What a scenario does to the disk before the boot: write, remove, replace a string in,
-    or mask (systemctl mask) a unit, or set the boot time to come after every file's mtime."""
+    mask (systemctl mask) or enable (systemctl enable) a unit, or set the boot time to come
+    after every file's mtime."""
     if not ops:
         return None
 
@@ -293,6 +299,11 @@ def before_boot_ops(ops: list[dict]) -> Callable[[Path], None] | None:
                 if target.exists() or target.is_symlink():
                     target.unlink()
                 target.symlink_to("/dev/null")
+            elif kind == "enable":
+                # systemctl enable: a link in multi-user.target.wants to the unit's file
+                wants = root / "etc/systemd/system/multi-user.target.wants"
+                wants.mkdir(parents=True, exist_ok=True)
+                (wants / arg["unit"]).symlink_to(arg["path"])
             elif kind == "boot_time_from_now":
                 (root / "proc").mkdir(parents=True, exist_ok=True)
                 (root / "proc/stat").write_text(f"cpu  1 2 3 4\nbtime {int(time.time()) + int(arg)}\n")

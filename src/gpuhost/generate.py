@@ -107,8 +107,10 @@ def defaults(registry: Registry) -> str:
 
 def role_meta(role: str, registry: Registry) -> str:
     ids = ", ".join(c.id for c in registry.catalog if c.role == role)
+    # folded, so a role with many controls keeps within yamllint's line length
+    text = "\n".join("    " + line for line in textwrap.wrap(f"gpuhost controls: {ids}", 96))
     return ("---\ngalaxy_info:\n"
-            f"  role_name: {role}\n  author: gpuhost\n  description: \"gpuhost controls: {ids}\"\n"
+            f"  role_name: {role}\n  author: gpuhost\n  description: >-\n{text}\n"
             "  license: Apache-2.0\n  min_ansible_version: \"2.17\"\ndependencies: []\n")
 
 

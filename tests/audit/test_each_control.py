@@ -5,8 +5,8 @@ fix changes nothing (not a byte of the host's disk), and after a reboot it still
 The seed host starts with nine of them in drift (fixed in four cycles of unrelated controls:
 a cycle of two or three still checks each one, and that nothing outside it moved); the
 Intel/GRUB host brings cpu.governor,
-the switch host pcie.acs, the seed with its GPUs' power data nvidia.power_limit and the GeForce pair
-nvidia.gpu_modes. (storage.zfs_arc's cycle runs at unit speed: the lab cannot show /proc/spl, as
+the switch host pcie.acs, the seed with its GPUs' power data nvidia.power_limit, the GeForce pair
+nvidia.gpu_modes and the HGX H100 host nvidia.fabricmanager. (storage.zfs_arc's cycle runs at unit speed: the lab cannot show /proc/spl, as
 procfs takes no directory that its kernel did not make.)
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ CASES = [(SEED_HOST, "pve-gpu1", c) for c in SEED_DRIFT] + [
     (SPECS / "switch-host.yml", "switch-host", "pcie.acs"),
     (SPECS / "pve-gpu1-power.yml", "pve-gpu1-power", "nvidia.power_limit"),
     (SPECS / "geforce-pair.yml", "geforce-pair", "nvidia.gpu_modes"),
+    (SPECS / "hgx-h100.yml", "hgx-h100", "nvidia.fabricmanager"),
 ]
 # What a fix changes besides its own control, knowingly: booting a kernel >= 6.13 on a
 # Zen 5 CPU loads amd_pstate by default (the kernel model's rule, and the real kernel's).
@@ -36,6 +37,9 @@ LIVE_AFTER_FIX = {
     "numa.balancing": ("cat /proc/sys/kernel/numa_balancing", "0"),
     "nvidia.power_limit": ("nvidia-smi -i 00000000:E1:00.0 --query-gpu=power.limit --format=csv,noheader", "600.00 W"),
     "nvidia.gpu_modes": ("nvidia-smi --query-gpu=compute_mode --format=csv,noheader", "Default\nDefault"),
+    # the daemon runs and every GPU registered with the fabric it set up
+    "nvidia.fabricmanager": ("systemctl is-active nvidia-fabricmanager; nvidia-smi --query-gpu=fabric.state,fabric.status "
+                             "--format=csv,noheader | sort -u", "active\nCompleted, Success"),
 }
 
 

@@ -13,7 +13,8 @@ SEED_EXPECTED = {
     "numa.gpu_affinity": "pass",
     "pcie.mrrs": "drift", "pcie.link": "pass", "pcie.acs": "pass", "pcie.bar1": "pass", "iommu.mode": "drift",
     "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
-    "nvidia.persistence": "drift", "nvidia.power_limit": "na", "nvidia.gpu_modes": "pass", "nvidia.p2p": "pass", "nvidia.driver_pinned": "na", "lxc.gpu_passthrough": "drift",
+    "nvidia.persistence": "drift", "nvidia.power_limit": "na", "nvidia.gpu_modes": "pass", "nvidia.p2p": "pass", "nvidia.fabricmanager": "na",
+    "nvidia.driver_pinned": "na", "lxc.gpu_passthrough": "drift",
     "storage.scheduler": "drift", "storage.zfs_arc": "na", "health.gpu": "pass",
 }
 GUEST_EXPECTED = {c.id: "na" for c in CATALOG} | {"nvidia.driver": "pass"}
@@ -36,7 +37,7 @@ def test_seed_audit_reports_what_the_spec_says_and_writes_nothing(seed_lab, tmp_
     assert "container" in guest_na["message"] and "pve-gpu1" in guest_na["message"]
     r = run.report
     assert r["schema"] == "gpuhost.report/v1" and r["mode"] == "audit"
-    assert r["summary"] == {"hosts": 2, "pass": 13, "drift": 9, "manual": 0, "pending_reboot": 0, "na": 26,
+    assert r["summary"] == {"hosts": 2, "pass": 13, "drift": 9, "manual": 0, "pending_reboot": 0, "na": 28,
                             "waived": 0, "error": 0, "unreachable": 0}
     facts = r["hosts"]["pve-gpu1"]["facts"]
     assert facts["kernel"] == "6.8.12-4-pve" and facts["gpus"] == 8 and facts["cpu"] == "AMD EPYC 9335 32-Core Processor"
@@ -101,7 +102,7 @@ def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
     assert lab.status("pve-gpu1")["boot_id"] != boot_id, "the host was rebooted"
     assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
     passing = verify("-i", str(lab.inventory))
-    assert passing.returncode == 0 and "22 passed, 26 skipped" in passing.stdout, passing.stdout[-3000:]
+    assert passing.returncode == 0 and "22 passed, 28 skipped" in passing.stdout, passing.stdout[-3000:]
     assert "llm-two: a host-level control: this is a container; verify its host" in passing.stdout
     # what the fix must leave alone
     after = lab.snapshot("pve-gpu1")

@@ -313,3 +313,26 @@ def test_dev_holds_the_nodes_the_driver_made_and_pct_refuses_a_missing_devn_path
     lab.ssh("pve-gpu1", "sed -i 's/^hostname: .*/&\\ndev9: \\/dev\\/nvidia-caps\\/nvidia-cap1/' /etc/pve/lxc/129.conf")
     res = lab.ssh("pve-gpu1", "pct start 129", check=False)
     assert res.returncode != 0 and "'/dev/nvidia-caps/nvidia-cap1' does not exist" in res.stderr
+
+
+def test_fabric_manager_refuses_a_driver_of_another_version_and_the_fabric_waits(make_lab, tmp_path):
+    """The Fabric Manager User Guide: the daemon checks the loaded driver's version and aborts
+    on a mismatch. The HGX H100 host with Fabric Manager one release behind, enabled: its boot
+    starts the unit, the daemon refuses with the message real hosts log, the unit is not active
+    and the GPUs' fabric registration stays In Progress; started with the right version, they
+    register (Completed, Success)."""
+    import yaml
+    data = yaml.safe_load((SPECS / "hgx-h100.yml").read_text())
+    data["nvidia"]["fabricmanager"] = {"version": "550.120", "enabled": True}
+    spec = tmp_path / "hgx-behind.yml"
+    spec.write_text(yaml.safe_dump(data))
+    lab = make_lab(spec)
+    res = lab.ssh("hgx-h100", "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg", check=False)
+    assert res.returncode == 1 and ("fabric manager NVIDIA GPU driver interface version 550.120 don't match with "
+                                    "driver version 550.127.05") in res.stderr
+    assert lab.ssh("hgx-h100", "systemctl is-active nvidia-fabricmanager", check=False).stdout.strip() == "inactive"
+    fabric = "nvidia-smi --query-gpu=fabric.state,fabric.status --format=csv,noheader | sort -u"
+    assert lab.out("hgx-h100", fabric) == "In Progress, N/A"
+    lab.ssh("hgx-h100", "sed -i 's/^Version: 550.120-1$/Version: 550.127.05-1/' /var/lib/dpkg/status")
+    assert lab.ssh("hgx-h100", "systemctl start nvidia-fabricmanager", check=False).returncode == 0
+    assert lab.out("hgx-h100", fabric) == "Completed, Success"

@@ -614,3 +614,53 @@ def test_real_unattended_upgrades_settings_and_the_driver_package_it_upgraded(tm
     assert f["status"] == "drift" and "nvidia-driver" in f["message"], f
     host.write("/etc/apt/apt.conf.d/20auto-upgrades", 'APT::Periodic::Unattended-Upgrade "0";\n')
     assert host.status("nvidia.driver_pinned") == "na"
+
+
+def _lspci_nn(text: str) -> list[dict]:
+    """`lspci -nn` lines as the lab's PCI entries: address, [class], [vendor:device]."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) .*\[([0-9a-f]{4})\]: .*\[([0-9a-f]{4}):([0-9a-f]{4})\]", line)
+        if m:
+            out.append({"bdf": m.group(1), "type": "endpoint", "class": int(m.group(2), 16) << 8,
+                        "vendor": int(m.group(3), 16), "device": int(m.group(4), 16)})
+    return out
+
+
+def test_a_real_hgx_a100_bus_has_six_nvswitches_and_fabric_manager_is_judged(tmp_path):
+    """The NVIDIA devices of a real HGX A100's `lspci -nn` on the base host's bus: the six
+    `Bridge [0680]` 10de:1af1 are the NVSwitches (the eight [0302] GPUs are not), and with
+    no Fabric Manager installed the control says to install it at the driver's version."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls.nvidia_fabricmanager import nvswitches
+
+    devices = _lspci_nn((DATA / "fabric/lspci-nn-hgx-a100").read_text())
+    assert len(devices) == 14
+    switches = [d for d in devices if (d["vendor"], d["device"]) == (0x10DE, 0x1AF1)]
+    assert nvswitches(devices) == [d["bdf"] for d in switches] and len(switches) == 6
+    assert switches[0]["bdf"] == "0005:00:00.0" and switches[-1]["bdf"] == "000a:00:00.0"
+    host = scenarios.render_scenario({"pci_append": switches}, tmp_path)
+    f = host.finding("nvidia.fabricmanager")
+    assert f["status"] == "manual" and f["observed"]["nvswitches"] == 6, f
+    assert "6 NVSwitches and Fabric Manager is not installed: install nvidia-fabricmanager at 575.57.08" in f["message"]
+
+
+def test_real_fabric_sections_read_as_the_gpu_fabric_state():
+    """Each `nvidia-smi -q` Fabric section quoted in public threads and NVIDIA's guide, as the
+    probe reads the same values from --query-gpu=fabric.state,fabric.status: In Progress (no
+    status yet), Completed with Success or with an error, and an A100's N/A (no fabric state)."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe.devices import smi_fabric, SMI_FIELDS
+
+    help_text = (DATA / "fabric/help-query-gpu-fabric").read_text()
+    assert '"fabric.state"' in help_text and '"fabric.status"' in help_text
+    assert {"fabric.state", "fabric.status"} <= set(SMI_FIELDS)
+    pairs = []
+    for text in ((DATA / "fabric/nvidia-smi-q-fabric-sections").read_text(),
+                 (DATA / "fabric/nvidia-smi-q-a100-sxm4-fabric-na").read_text()):
+        pairs += re.findall(r"^\s*Fabric\s*\n\s*State\s*:\s*(.+?)\s*\n\s*Status\s*:\s*(.+?)\s*$", text, re.M)
+    read = [smi_fabric({"fabric.state": s, "fabric.status": st}) for s, st in pairs]
+    assert read == [{"state": "In Progress", "status": None},
+                    {"state": "Completed", "status": "Insufficient Resources"},
+                    {"state": "Completed", "status": "Success"},
+                    {"state": "In Progress", "status": None},
+                    {"state": "Completed", "status": "Success"},
+                    None]

@@ -95,6 +95,7 @@ class Machine:
         self.sched = {b.name: b.scheduler for b in spec.block}
         self.read_ahead = {b.name: b.read_ahead_kb for b in spec.block}
         self.persistence = {g.bdf: spec.nvidia.persistence_default for g in spec.nvidia.gpus} if spec.nvidia else {}
+        self.fabric_managed = False          # Fabric Manager set the NVLink fabric up this boot
         # the power limit does not survive a reboot (NVML: "not persistent across reboots or
         # driver unloads"): every boot starts at the spec's limit, else the default
         self.power_limit = {g.bdf: (g.power.limit_w or g.power.default_w)
@@ -502,6 +503,7 @@ class Machine:
             "units": self.boot.units, "sysctl": sorted(self.sysctl)}) + "\n").encode())
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
+        t.attr("ctl/fabricmanager", lambda: text("running" if self.fabric_managed else "stopped"), self._write_fabricmanager)
         t.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(self.power_limit)), self._write_power_limit)
         t.attr("ctl/nvidia-compute-mode", lambda: text(json.dumps(self.compute_mode)), self._write_compute_mode)
         t.attr("ctl/nvidia-pending-mode", lambda: text(json.dumps(self.modes)), self._write_pending_mode)
@@ -552,6 +554,7 @@ class Machine:
                              "numa_node": dev.numa_node, "power": self._power_view(g),
                              "compute_mode": self.compute_mode[g.bdf],
                              "mig": self.modes[g.bdf]["mig"], "ecc": self.modes[g.bdf]["ecc"],
+                             "fabric": self._fabric(g),
                              "health": g.health.model_dump()})
         return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,
                 "userspace": userspace, "cuda_version": nv.cuda_version if nv else None,
@@ -716,6 +719,24 @@ class Machine:
             self.read_ahead[name] = int(_word(value))
         except ValueError:
             raise einval() from None
+
+    def _fabric(self, g) -> dict | None:
+        """A GPU's fabric registration: the spec's state until Fabric Manager runs this boot,
+        then Completed, Success (the guide: GPUs register with the fabric FM sets up)."""
+        if g.fabric is None:
+            return None
+        if self.fabric_managed:
+            return {"state": "Completed", "status": "Success"}
+        return g.fabric.model_dump()
+
+    def _write_fabricmanager(self, value: bytes) -> None:
+        """The lab's nv-fabricmanager tells the model it set the fabric up (or stopped)."""
+        word = _word(value)
+        if word not in ("running", "stopped"):
+            raise einval()
+        if word == "running" and not self.boot.nvidia_loaded:
+            raise OSError(errno.ENODEV, "No such device")
+        self.fabric_managed = word == "running"
 
     def _write_persistence(self, value: bytes) -> None:
         target, _, state = _word(value).partition(" ")

@@ -155,6 +155,8 @@ def install_shims(root: Path, spec: AnySpec) -> None:
         tools["usr/bin/nvidia-smi"] = "nvidia-smi"
         if not spec.is_guest:
             tools["usr/bin/nvidia-persistenced"] = "nvidia-persistenced"
+        if getattr(spec.nvidia, "fabricmanager", None) is not None:
+            tools["usr/bin/nv-fabricmanager"] = "nv-fabricmanager"
     if not spec.is_guest:
         tools["usr/sbin/update-grub"] = "update-grub"
         tools["usr/sbin/update-initramfs"] = "update-initramfs"
@@ -427,6 +429,33 @@ def provision_unattended_upgrades(root: Path, spec: HostSpec) -> None:
            + "\n".join(s.rstrip("\n") + "\n" for s in stanzas))
 
 
+FM_UNIT = "nvidia-fabricmanager.service"
+
+
+def provision_fabricmanager(root: Path, spec: HostSpec) -> None:
+    """NVIDIA Fabric Manager as its package installs it: the unit (a stand-in with the
+    package's unit name and daemon, as the Fabric Manager User Guide names them), its config
+    file, the package in dpkg's status at its version, and the unit enabled when the spec says."""
+    fm = spec.nvidia.fabricmanager
+    version = fm.version or spec.nvidia.kernel_module
+    _write(root, f"usr/lib/systemd/system/{FM_UNIT}",
+           "[Unit]\nDescription=NVIDIA fabric manager service\n\n[Service]\n"
+           "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+           "Type=forking\nTimeoutStartSec=240\n\n[Install]\nWantedBy=multi-user.target\n")
+    _write(root, "usr/share/nvidia/nvswitch/fabricmanager.cfg", "LOG_LEVEL=4\nLOG_FILE_NAME=/var/log/fabricmanager.log\n")
+    status = root / "var/lib/dpkg/status"
+    before = status.read_text() if status.exists() else ""
+    _write(root, "var/lib/dpkg/status", before.rstrip("\n") + ("\n\n" if before.strip() else "")
+           + f"Package: nvidia-fabricmanager-{version.split('.')[0]}\nStatus: install ok installed\nPriority: optional\n"
+           f"Section: multiverse/libs\nArchitecture: amd64\nVersion: {version}-1\n"
+           "Description: Fabric Manager for NVSwitch based systems (gpuhost lab)\n")
+    if fm.enabled:
+        link = root / "etc/systemd/system/multi-user.target.wants" / FM_UNIT
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(f"/usr/lib/systemd/system/{FM_UNIT}")
+
+
 def build_initramfs(root: Path, spec: HostSpec) -> None:
     """Each kernel's initramfs on a ZFS root, built with the modprobe.d files the host was set
     up with (its spec's files included): what the zfs module reads at boot."""
@@ -439,6 +468,8 @@ def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -
     sysctl_layout(root, spec)
     if spec.os.unattended_upgrades:
         provision_unattended_upgrades(root, spec)
+    if spec.nvidia and spec.nvidia.fabricmanager:
+        provision_fabricmanager(root, spec)
     if spec.zfs is not None and spec.zfs.arc_max is not None:
         # the PVE installer's file (8.1+): the ARC limit in bytes
         _write(root, "etc/modprobe.d/zfs.conf", f"options zfs zfs_arc_max={spec.zfs.arc_max}\n")

@@ -250,6 +250,14 @@ class ModePair(_Strict):
     pending: Literal["Enabled", "Disabled"]
 
 
+class GpuFabric(_Strict):
+    """hostspec.md: a GPU's registration with the NVLink fabric (nvidia-smi -q "Fabric":
+    State, Status; NVML nvmlGpuFabricState_t), reported by Hopper and later GPUs on an
+    NVSwitch baseboard; absent: the GPU reports none ([N/A], as a PCIe card or an A100)."""
+    state: Literal["Not Started", "In Progress", "Completed"]
+    status: str = "N/A"         # "Success" once completed, or NVML's error string
+
+
 class Gpu(_Strict):
     bdf: str
     name: str
@@ -270,6 +278,7 @@ class Gpu(_Strict):
     compute_mode: Literal["Default", "Exclusive_Process", "Prohibited"] = "Default"
     mig: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Disabled", pending="Disabled"))
     ecc: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Enabled", pending="Enabled"))
+    fabric: Optional[GpuFabric] = None
 
     @property
     def aperture_mib(self) -> int:
@@ -302,6 +311,16 @@ class P2pPair(_Strict):
     write: Literal["OK", "CNS", "GNS", "TNS", "NS", "DR", "U"] = "OK"
 
 
+class FabricManager(_Strict):
+    """hostspec.md nvidia.fabricmanager: NVIDIA Fabric Manager installed from its package
+    (nvidia-fabricmanager-<branch>) at *version* (default: the kernel module's), its unit
+    enabled or not. The daemon starts only at the loaded driver's version (the guide: it checks
+    the loaded driver stack and aborts), and while it runs the GPUs that report a fabric state
+    have registered with the fabric (Completed, Success)."""
+    version: Optional[str] = None
+    enabled: bool = True
+
+
 class Nvidia(_Strict):
     kernel_module: str
     userspace: str
@@ -313,6 +332,7 @@ class Nvidia(_Strict):
     gpus: list[Gpu] = Field(default_factory=list)
     p2p: list[P2pPair] = Field(default_factory=list)        # every other pair: OK both ways
     char_majors: dict[str, int] = Field(default_factory=lambda: {"nvidia": 195, "nvidia-uvm": 508, "nvidia-caps": 236})
+    fabricmanager: Optional[FabricManager] = None
 
 
 class GuestNvidia(_Strict):

@@ -37,7 +37,8 @@ ansible_facts:
   contains:
     gpuhost:
       description: One key per section (os, container, cpu, cpufreq, cpuidle, numa, sysctl, boot,
-        iommu, pci, lockdown, nvidia, kernel_log, lxc, vms, block, units), plus errors and is_root.
+        iommu, pci, lockdown, nvidia, kernel_log, lxc, vms, block, units, apt, zfs, fabricmanager), plus errors
+        and is_root.
       type: dict
       sample:
         cpufreq: {driver: acpi-cpufreq, amd_pstate_status: null, policies: [{id: 0, governor: performance}]}

@@ -427,6 +427,29 @@ DRIVER_PACKAGE = re.compile(r"^(?!nvidia-(container|docker|prime)|libnvidia-cont
                             r"|firmware-nvidia-gsp|linux-(modules|objects|signatures)-nvidia-)")
 
 
+def test_nvidia_fabricmanager(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    # NVSwitches: NVIDIA's PCI devices of class 0x0680 (the class the nvswitch driver binds to)
+    switches = view.host.run("for d in /sys/bus/pci/devices/*; do [ \"$(cat $d/vendor)\" = 0x10de ] && "
+                             "case \"$(cat $d/class)\" in 0x0680*) echo ${d##*/};; esac; done; true").stdout.split()
+    fabric = []
+    if view.host.exists("nvidia-smi"):
+        out = view.host.run("nvidia-smi --query-gpu=fabric.state,fabric.status --format=csv,noheader").stdout
+        fabric = [l.split(", ") for l in out.splitlines() if l.split(",")[0].strip() in ("Not Started", "In Progress", "Completed")]
+    if not switches and not fabric:
+        view.skip("no NVSwitch and no GPU on an NVLink fabric: nothing for Fabric Manager to manage")
+    unit = "nvidia-fabricmanager.service"
+    assert view.host.run(f"systemctl is-enabled {unit}").stdout.strip() == "enabled"
+    assert view.host.run(f"systemctl is-active {unit}").stdout.strip() == "active"
+    module = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", view.host.file("/proc/driver/nvidia/version").content_string)
+    versions = view.host.run("dpkg-query -W -f '${Package} ${Version}\\n' 'nvidia-fabricmanager*' 2>/dev/null").stdout
+    fm = [v.split(":")[-1].rsplit("-", 1)[0] for p, v in (l.split() for l in versions.splitlines() if len(l.split()) == 2)
+          if re.match(r"^nvidia-fabricmanager(-\d+)?$", p)]
+    assert module and module.group(1) in fm, (module and module.group(1), fm)
+    assert all(row == ["Completed", "Success"] for row in fabric), fabric
+
+
 def test_nvidia_driver_pinned(view: View):
     # hosts and guests alike: a container's own apt upgrades its own driver libraries
     if not view.host.exists("dpkg-query"):

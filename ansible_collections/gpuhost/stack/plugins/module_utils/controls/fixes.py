@@ -198,6 +198,20 @@ class UnitEnable:
 
 
 @dataclass(frozen=True)
+class UnitStart:
+    """A vendor's daemon started now where it is not running (systemctl start), after its
+    unit is enabled for the boots to come."""
+    STEP = "start"
+    names: tuple
+
+    def put(self, fix: dict) -> None:
+        fix.setdefault("start", []).extend(self.names)
+
+    def plan(self) -> list[str]:
+        return [f"start {n} now (systemctl start)" for n in self.names]
+
+
+@dataclass(frozen=True)
 class DaemonReload:
     """systemd reads its units again after a drop-in changed."""
     STEP = "daemon_reload"
@@ -284,19 +298,20 @@ class GpuMode:
 
 
 KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, Initramfs, LxcRepair, BootUnit, UnitRemoval,
-         UnitEnable, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
+         UnitEnable, UnitStart, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 # every key a fix may hold, and the kind that owns it
 KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
         "headers": KernelSeries, "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
         "unpin": KernelSeries, "packages": KernelSeries, "default_release": KernelSeries, "file": FileContent,
         "files": FileEdit, "initramfs": Initramfs, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair, "unit": BootUnit,
-        "remove_unit": UnitRemoval, "enable": UnitEnable, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
+        "remove_unit": UnitRemoval, "enable": UnitEnable, "start": UnitStart, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
 
 # the common fix task files (roles/common/tasks/fix_<step>.yml) in the order a fix applies
 # them: the command line before the kernel it is for, packages before the module check,
 # files and units before systemd reads them again, the runtime writes last
-STEPS = ("cmdline", "pin", "series", "file", "files", "initramfs", "lxc", "unit", "remove_unit", "daemon_reload", "enable", "runtime")
+STEPS = ("cmdline", "pin", "series", "file", "files", "initramfs", "lxc", "unit", "remove_unit", "daemon_reload", "enable",
+         "start", "runtime")
 
 # keys the fix tasks do not act on: kept for a playbook that reads the finding (the kernel
 # series' packages already name its headers)
@@ -349,6 +364,8 @@ def kinds_of(fix: dict) -> list:
         out.append(DaemonReload())
     if fix.get("enable"):
         out.append(UnitEnable(tuple(fix["enable"])))
+    if fix.get("start"):
+        out.append(UnitStart(tuple(fix["start"])))
     for c in fix.get("runtime") or []:
         if c.get("persistence"):
             out.append(Persistence())

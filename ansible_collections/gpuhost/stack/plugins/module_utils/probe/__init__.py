@@ -24,6 +24,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.probe.proxmox import
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.shellvars import GRUB_VARS, ShellValueError, read_shell_assignments, shell_scan  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.sysctl import SysctlProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.units import UnitsProbe
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.fabric import FabricProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.zfs import ZfsProbe
 # what the controls declare they need read back (made from their declarations)
 from ansible_collections.gpuhost.stack.plugins.module_utils.watchlist import OWNED_UNITS, WATCHED_SYSCTLS  # noqa: F401
@@ -34,7 +35,7 @@ __all__ = ["Probe", "REFRESH_JOURNAL", "GRUB_VARS", "ShellValueError", "read_she
            "OWNED_UNITS", "WATCHED_SYSCTLS"]
 
 
-class Probe(BootProbe, CpuProbe, DevicesProbe, PackagesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe, ZfsProbe):
+class Probe(BootProbe, CpuProbe, DevicesProbe, FabricProbe, PackagesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe, ZfsProbe):
     """Reads under *root* ('/' on a real host; a directory tree in unit tests)."""
 
     def __init__(self, root="/", run=None):
@@ -74,7 +75,7 @@ class Probe(BootProbe, CpuProbe, DevicesProbe, PackagesProbe, ProxmoxProbe, Sysc
     def gather(self):
         facts = {}
         for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "vms", "block", "units", "apt", "zfs"):
+                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "vms", "block", "units", "apt", "zfs", "fabricmanager"):
             facts[name] = self.section(name, getattr(self, "probe_" + name))
         facts["errors"] = self.errors
         facts["is_root"] = os.geteuid() == 0

@@ -124,7 +124,8 @@ class DevicesProbe:
                                 "name": row["name"], "compute_cap": row.get("compute_cap"),
                                 "persistence": row["persistence_mode"] == "Enabled",
                                 "memory_mib": _mib(row.get("memory.total")),
-                                "power": smi_power(row), "health": smi_health(row), "modes": smi_modes(row)})
+                                "power": smi_power(row), "health": smi_health(row), "modes": smi_modes(row),
+                                "fabric": smi_fabric(row)})
             out["userspace"] = row["driver_version"]
         if not out["gpus"] and "No devices were found" in text:
             out["no_devices"] = True
@@ -166,7 +167,7 @@ SMI_CORE = ("index", "pci.bus_id", "name", "driver_version", "persistence_mode")
 SMI_FIELDS = SMI_CORE + ("compute_cap", "memory.total", "power.limit", "enforced.power.limit", "power.default_limit",
                          "power.min_limit", "power.max_limit", "gpu_recovery_action", "remapped_rows.pending",
                          "retired_pages.pending", "compute_mode", "mig.mode.current", "mig.mode.pending",
-                         "ecc.mode.current", "ecc.mode.pending")
+                         "ecc.mode.current", "ecc.mode.pending", "fabric.state", "fabric.status")
 POWER_FIELDS = (("limit_w", "power.limit"), ("enforced_w", "enforced.power.limit"), ("default_w", "power.default_limit"),
                 ("min_w", "power.min_limit"), ("max_w", "power.max_limit"))
 
@@ -217,6 +218,22 @@ def smi_modes(row):
             if _mode(row.get("mig.mode.current")) else None,
             "ecc": [_mode(row.get("ecc.mode.current")), _mode(row.get("ecc.mode.pending"))]
             if _mode(row.get("ecc.mode.current")) else None}
+
+
+# NVML's GPU fabric states (nvmlGpuFabricState_t: NOT_SUPPORTED, NOT_STARTED, IN_PROGRESS,
+# COMPLETED) as nvidia-smi prints them; only Hopper and later GPUs on an NVLink fabric report one
+FABRIC_STATES = ("Not Started", "In Progress", "Completed")
+
+
+def smi_fabric(row):
+    """A GPU's registration with the NVLink fabric (nvidia-smi --help-query-gpu: fabric.state,
+    and fabric.status, "valid only if ... completed"); None where the GPU reports none ([N/A]
+    on an A100, Not Supported on a PCIe card) or the driver does not know the field."""
+    state = (row.get("fabric.state") or "").strip()
+    if state not in FABRIC_STATES:
+        return None
+    status = (row.get("fabric.status") or "").strip()
+    return {"state": state, "status": status if status and not status.startswith("[") and status != "N/A" else None}
 
 
 # an Xid as the NVIDIA driver logs it: "NVRM: Xid (PCI:0000:5d:00): 79, pid=..., GPU has fallen
