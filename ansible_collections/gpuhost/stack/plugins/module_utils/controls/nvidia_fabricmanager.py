@@ -24,7 +24,9 @@ CONTROL = Control(
                 "NVML nvmlDeviceGetGpuFabricInfo / nvidia-smi --help-query-gpu: fabric.state, fabric.status"),
     passes=("n/a without an NVSwitch (NVIDIA PCI class 0x0680) and without a GPU that reports a fabric state; else "
             "`nvidia-fabricmanager.service` enabled and active (systemctl is-active), its package at the loaded "
-            "driver's version, and every GPU that reports a fabric state `Completed` with status `Success`"),
+            "driver's version, and every GPU that reports a fabric state `Completed` with status `Success` (where no "
+            "NVSwitch is on the bus and no Fabric Manager installed, that registration alone: a fabric managed off the "
+            "host, as on an NVL72 compute tray)"),
     repair=("`systemctl enable` and, where nothing started it this boot, `systemctl start`; manual when it is not "
             "installed, its version is not the driver's, its unit is masked, or it was started and is gone (it "
             "failed, or the fabric was set up and a restart needs the GPUs reset)"),
@@ -78,6 +80,13 @@ def judge(h: Host) -> Finding:
                 "enabled": bool(u.get("enabled")), "active": fm["active"],
                 "fabric": sorted({f"{g['fabric']['state']}/{g['fabric']['status'] or '-'}" for g in on_fabric})}
     expected = f"nvidia-fabricmanager enabled and running at the driver's version ({driver or 'unknown'})"
+    registered_all = bool(on_fabric) and all(g["fabric"] == {"state": "Completed", "status": "Success"} for g in on_fabric)
+    if not switches and registered_all and not fm["unit_file"] and not packages:
+        # no NVSwitch on this host's bus and every GPU registered: a fabric managed elsewhere
+        # (an NVL72 compute tray's switches are in switch trays of their own)
+        return Finding(cid, "pass", observed, expected,
+                       f"every GPU ({len(on_fabric)}) registered with its NVLink fabric (Completed, Success), "
+                       "which no NVSwitch of this host's bus carries: managed off this host")
     if not fm["unit_file"] and not packages:
         return Finding(cid, "manual", observed, expected,
                        f"{where} and Fabric Manager is not installed: install nvidia-fabricmanager"
