@@ -113,8 +113,11 @@ class Rendered:
             return self.smi(argv[1:])
         if tool.endswith("systemctl") and argv[1:2] == ["is-active"]:
             # as the lab's systemctl answers: active while the unit's marker is in /run
-            active = (self.root / "run/gpuhost-lab-units" / argv[2]).exists()
-            return (0 if active else 3), ("active\n" if active else "inactive\n"), ""
+            # ("activating" while the marker says so)
+            marker = self.root / "run/gpuhost-lab-units" / argv[2]
+            state = ("inactive" if not marker.exists() else
+                     "activating" if marker.read_text().startswith("activating") else "active")
+            return (0 if state == "active" else 3), state + "\n", ""
         if tool.endswith("apt-config"):
             # the real apt-config, reading this host's /etc/apt (APT_CONFIG is read first)
             import subprocess
