@@ -73,7 +73,7 @@ class Rendered:
         """A finding's fix applied to this host as the roles apply its kinds: files written
         (an edit only over the text the judgement read), runtime values written through the
         kernel model, initramfs images built again. The plan lines of what it applied; a kind
-        the harness does not apply yet is an error, never skipped."""
+        only the lab applies is an error, never skipped."""
         import hashlib
         from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes
         done = []
@@ -90,14 +90,17 @@ class Rendered:
             elif isinstance(kind, fixes.Initramfs):
                 provision.build_initramfs(self.root, self.spec)
             else:
-                raise NotImplementedError(f"the scenario harness does not apply {type(kind).__name__} yet")
+                # boot units, command lines, kernels and devices: their cycles run in the lab
+                raise ValueError(f"a cycle scenario's fix holds {type(kind).__name__}, which only the lab applies")
             done += kind.plan() if hasattr(kind, "plan") else [type(kind).__name__]
         lay_out_kernel_files(self.root, self.machine)
         return done
 
     def reboot(self) -> None:
         """The next boot: the kernel model boots from the disk as it is now."""
+        import shutil
         (self.root / "proc/stat").unlink(missing_ok=True)
+        shutil.rmtree(self.root / "run/gpuhost-lab-units", ignore_errors=True)     # /run is new at every boot
         self.machine = boot(self.spec, self.root, nvram=self.machine.nvram)
         self.smi = SmiStub(self.machine, self.smi.r470)
         lay_out_kernel_files(self.root, self.machine)
@@ -111,13 +114,17 @@ class Rendered:
             return 0, f"8A1B-2C3D is configured with: {mode} (versions: {self.machine.boot.release})\n", ""
         if tool.endswith("nvidia-smi"):
             return self.smi(argv[1:])
-        if tool.endswith("systemctl") and argv[1:2] == ["is-active"]:
+        if tool.endswith("systemctl") and argv[1:2] in (["is-active"], ["show"]):
             # as the lab's systemctl answers: active while the unit's marker is in /run
-            # ("activating" while the marker says so)
-            marker = self.root / "run/gpuhost-lab-units" / argv[2]
+            # ("activating" while the marker says so), started this boot while it or its
+            # .started marker is there
+            marker = self.root / "run/gpuhost-lab-units" / argv[-1]
             state = ("inactive" if not marker.exists() else
                      "activating" if marker.read_text().startswith("activating") else "active")
-            return (0 if state == "active" else 3), state + "\n", ""
+            if argv[1] == "is-active":
+                return (0 if state == "active" else 3), state + "\n", ""
+            started = state != "inactive" or marker.with_name(marker.name + ".started").exists()
+            return 0, f"ActiveState={state}\nInactiveExitTimestampMonotonic={1000000 if started else 0}\n", ""
         if tool.endswith("apt-config"):
             # the real apt-config, reading this host's /etc/apt (APT_CONFIG is read first)
             import subprocess
@@ -276,8 +283,8 @@ def scenario_data(sc: dict) -> dict:
 
 def before_boot_ops(ops: list[dict]) -> Callable[[Path], None] | None:
     """What a scenario does to the disk before the boot: write, remove, replace a string in,
-    mask (systemctl mask) or enable (systemctl enable) a unit, or set the boot time to come
-    after every file's mtime."""
+    mask (systemctl mask) or enable (systemctl enable) a unit, age a file, or set the boot time
+    to come after every file's mtime."""
     if not ops:
         return None
 
@@ -307,6 +314,10 @@ def before_boot_ops(ops: list[dict]) -> Callable[[Path], None] | None:
                 wants = root / "etc/systemd/system/multi-user.target.wants"
                 wants.mkdir(parents=True, exist_ok=True)
                 (wants / arg["unit"]).symlink_to(arg["path"])
+            elif kind == "age":
+                # a file made *seconds* ago (the judgement compares mtimes: an image built before a file)
+                then = time.time() - int(arg["seconds"])
+                os.utime(root / arg["path"].lstrip("/"), (then, then))
             elif kind == "boot_time_from_now":
                 (root / "proc").mkdir(parents=True, exist_ok=True)
                 (root / "proc/stat").write_text(f"cpu  1 2 3 4\nbtime {int(time.time()) + int(arg)}\n")

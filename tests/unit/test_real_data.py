@@ -567,9 +567,9 @@ def test_real_zfs_conf_files_read_as_the_limit_they_set():
     from ansible_collections.gpuhost.stack.plugins.module_utils.probe import zfs
 
     hexa = zfs.options_in((DATA / "zfs/zfs-conf-arc-max-hex").read_text(), "zfs")
-    assert ("zfs_arc_max", "0x200000000", 1) in hexa and not [o for o in hexa if o[0] == "zfs_arc_min"]
+    assert ("zfs_arc_max", "0x200000000", 1, 1) in hexa and not [o for o in hexa if o[0] == "zfs_arc_min"]
     assert int("0x200000000", 0) == 8 << 30
-    assert zfs.options_in((DATA / "zfs/zfs-conf-arc-max-8g").read_text(), "zfs") == [("zfs_arc_max", "8589934592", 1)]
+    assert zfs.options_in((DATA / "zfs/zfs-conf-arc-max-8g").read_text(), "zfs") == [("zfs_arc_max", "8589934592", 1, 1)]
 
 
 def test_a_real_hex_zfs_conf_limits_the_arc_on_the_lab_host(tmp_path):

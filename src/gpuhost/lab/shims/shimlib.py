@@ -290,7 +290,8 @@ def modprobe_options(files: dict, module: str) -> dict:
     out = {}
     for text in files.values():
         for line in text.replace("\\\n", " ").splitlines():
-            words = line.split("#", 1)[0].split()
+            # kmod (libkmod-config.c): only a line that starts with # is a comment
+            words = [] if line.startswith("#") else line.split()
             if len(words) >= 3 and words[0] == "options" and words[1].replace("-", "_") == module:
                 for word in words[2:]:
                     name, _, value = word.partition("=")

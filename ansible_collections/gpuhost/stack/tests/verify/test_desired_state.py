@@ -452,7 +452,8 @@ def test_nvidia_fabricmanager(view: View):
     versions = view.host.run("dpkg-query -W -f '${Package} ${Version}\\n' 'nvidia-fabricmanager*' 2>/dev/null").stdout
     fm = [v.split(":")[-1].rsplit("-", 1)[0] for p, v in (l.split() for l in versions.splitlines() if len(l.split()) == 2)
           if re.match(r"^nvidia-fabricmanager(-\d+)?$", p)]
-    assert module and module.group(1) in fm, (module and module.group(1), fm)
+    # installed from NVIDIA's .run file there is no package to compare (the judgement too)
+    assert module and (not fm or module.group(1) in fm), (module and module.group(1), fm)
     assert all(row == ["Completed", "Success"] for row in fabric), fabric
 
 
@@ -509,14 +510,15 @@ def test_storage_zfs_arc(view: View):
     reserve = int(view.setting("gpuhost_zfs_reserve_gib", 8)) << 30
     assert c_max + given + reserve <= ram, f"ARC {c_max} + containers {given} + reserve {reserve} > RAM {ram}"
     # the next boot: the last zfs_arc_max modprobe reads (files by name, /etc before /lib)
-    dump = view.host.run("for d in /etc/modprobe.d /run/modprobe.d /lib/modprobe.d /usr/lib/modprobe.d; do "
+    dump = view.host.run("for d in /etc/modprobe.d /run/modprobe.d /usr/local/lib/modprobe.d /lib/modprobe.d /usr/lib/modprobe.d; do "
                          "ls $d/*.conf 2>/dev/null; done").stdout.split()
     chosen = {}
     for path in dump:
         chosen.setdefault(path.rsplit("/", 1)[1], path)
     persisted = None
     for name in sorted(chosen):
-        for value in re.findall(r"^\s*options\s+zfs\s+.*?\bzfs_arc_max=(\S+)", view.host.file(chosen[name]).content_string, re.M):
+        # kmod: a line that starts with # is a comment, a # later on is not
+        for value in re.findall(r"^[ \t]*options\s+zfs\s+.*?(?<!\S)zfs_arc_max=(\S+)", view.host.file(chosen[name]).content_string, re.M):
             persisted = int(value, 0)
     assert persisted == int(arc_max), f"the next boot sets zfs_arc_max {persisted}, not {arc_max}"
 

@@ -67,7 +67,7 @@ def judge(h: Host) -> Finding:
     fm = h.section("fabricmanager")
     if fm is None:
         return error(cid, h.errors.get("fabricmanager", "cannot read Fabric Manager's state"))
-    if fm["unit_file"] and fm["active"] is None:
+    if fm["unit_file"] and (fm["active"] is None or fm["started_this_boot"] is None):
         return error(cid, f"cannot ask systemd whether {FM_UNIT} is active (no systemctl answered)")
     running = fm["active"] == "active"
     apt = h.section("apt") or {}
@@ -87,6 +87,10 @@ def judge(h: Host) -> Finding:
         return Finding(cid, "pass", observed, expected,
                        f"every GPU ({len(on_fabric)}) registered with its NVLink fabric (Completed, Success), "
                        "which no NVSwitch of this host's bus carries: managed off this host")
+    if not fm["unit_file"] and packages:
+        return Finding(cid, "manual", observed, expected,
+                       f"{', '.join(sorted(packages))} is installed but {FM_UNIT} is not in the unit path: "
+                       "reinstall the package")
     if not fm["unit_file"] and not packages:
         return Finding(cid, "manual", observed, expected,
                        f"{where} and Fabric Manager is not installed: install nvidia-fabricmanager"
@@ -105,7 +109,8 @@ def judge(h: Host) -> Finding:
     if running and failed:
         return Finding(cid, "manual", observed, expected,
                        f"fabric registration failed on GPU {', '.join(failed)} "
-                       f"({on_fabric[0]['fabric']['status'] or 'no status'}): journalctl -u {FM_UNIT}")
+                       f"({next(g for g in on_fabric if g['bdf'] == failed[0])['fabric']['status'] or 'no status'}): "
+                       f"journalctl -u {FM_UNIT}")
     if running and u.get("enabled"):
         waiting = [g["bdf"] for g in on_fabric if g["fabric"]["state"] != "Completed"]
         if waiting:
@@ -125,11 +130,12 @@ def judge(h: Host) -> Finding:
         return Finding(cid, "manual", observed, expected,
                        f"Fabric Manager set the fabric up this boot and is no longer running: restarting it needs "
                        f"every CUDA program stopped and the GPUs reset (nvidia-smi -r) first; journalctl -u {FM_UNIT}")
-    if not running and u.get("enabled"):
-        # enabled, so systemd started it at boot: it failed, or stopped; starting it again
-        # without knowing why is not safe (a restart after registration needs a GPU reset)
+    if not running and (u.get("enabled") or fm["started_this_boot"] or fm["active"] == "failed"):
+        # started this boot (at boot, or by hand) and gone: it failed, or someone stopped it;
+        # starting it again without knowing why is not safe (on an A100 nothing shows whether
+        # it set the fabric up; a restart after registration needs a GPU reset)
         return Finding(cid, "manual", observed, expected,
-                       f"{FM_UNIT} is enabled but {fm['active']}: it failed to start or stopped; "
+                       f"{FM_UNIT} was started this boot and is {fm['active']}: it failed or was stopped; "
                        f"journalctl -u {FM_UNIT} says why")
     if not u.get("installable") and not u.get("enabled"):
         return Finding(cid, "manual", observed, expected,

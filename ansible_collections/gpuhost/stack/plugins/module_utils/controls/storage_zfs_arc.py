@@ -38,7 +38,8 @@ CONTROL = Control(
 
 GIB, MIB = 1 << 30, 1 << 20
 PARAMS = "/sys/module/zfs/parameters"
-ZFS_CONF = "/etc/modprobe.d/zfs.conf"
+ZFS_DIR = "/etc/modprobe.d"
+ZFS_CONF = ZFS_DIR + "/zfs.conf"
 
 
 def container_memory(lxc: dict | None) -> dict[str, int]:
@@ -106,17 +107,19 @@ def judge(h: Host) -> Finding:
                        f"nothing fits: containers given GPUs take {_gib(sum(cts.values()))} and "
                        f"gpuhost_zfs_reserve_gib {reserve // GIB} GiB of {_gib(ram)}; give them less memory")
     # keep the operator's limit where it fits, else the PVE installer's: 10 % of RAM, at most 16 GiB
-    if live and live <= room:
+    # (64 MiB at least: the ARC ignores a smaller maximum, arc_os.c)
+    if live and 64 * MIB <= live <= room:
         want = live
-    elif persisted and persisted <= room:
+    elif persisted and 64 * MIB <= persisted <= room:
         want = persisted
     else:
         want = min(ram // 10, 16 * GIB, room) // MIB * MIB
     # a maximum at or below the ARC's minimum is ignored: lower the minimum below it (PVE's docs)
-    arc_min = z.get("arc_min") or 0
+    # the minimum in effect (arcstats c_min: a zfs_arc_min below 32 MiB is ignored), and the one
+    # the next boot sets
     persisted_min = _num(z.get("persisted_min")) or 0
-    need_min_live = (arc_min or default_min) >= want
-    need_min_boot = (persisted_min or default_min) >= want
+    need_min_live = (z.get("c_min") or default_min) >= want
+    need_min_boot = (persisted_min if persisted_min >= 32 * MIB else default_min) >= want
     root_zfs = str(h.live.get("root", "")).startswith("ZFS=")
     nxt = h.boot.get("default_kernel") or h.boot.get("running_kernel")
     image = (z.get("initrd_mtimes") or {}).get(nxt)
@@ -136,9 +139,20 @@ def judge(h: Host) -> Finding:
     edit = None
     if not persisted_ok:
         where = z.get("persisted_in")
+        if where and where.get("continued"):
+            return Finding(cid, "manual", observed, expected,
+                           f"the options line that sets zfs_arc_max in {where['path']} (line {where['line']}) goes on over "
+                           f"several lines (a trailing backslash): set zfs_arc_max={want}"
+                           + (f" zfs_arc_min={want - 1}" if need_min_boot else "") + " there by hand")
         if where:
             text = z.get("persisted_text") or ""
-            edit = FileEdit(where["path"], edited_line(text, where["line"], settings), content_sha256(text))
+            new = edited_line(text, where["line"], settings)
+            if where["path"].startswith("/etc/modprobe.d/"):
+                edit = FileEdit(where["path"], new, content_sha256(text))
+            else:
+                # a package's file (/lib, /usr/lib) or /run's is replaced at the next upgrade or
+                # boot: the same name in /etc/modprobe.d shadows it (modprobe.d(5))
+                edit = FileEdit(ZFS_DIR + "/" + where["path"].rsplit("/", 1)[1], new, "absent")
         else:
             text = z.get("zfs_conf")
             line = "options zfs " + " ".join(f"{k}={v}" for k, v in settings.items()) + "\n"

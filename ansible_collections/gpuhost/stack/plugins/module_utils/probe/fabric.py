@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-"""NVIDIA Fabric Manager on the host: whether its unit and daemon are installed, and what
-systemd says of it now.
+"""NVIDIA Fabric Manager on the host: whether its unit is installed, and what systemd says of
+it now.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -24,15 +24,20 @@ class FabricProbe:
                 unit = d + "/" + FM_UNIT
                 break
         # its packages are in the apt section (driver_packages: the version must be the driver's)
-        out = {"unit_file": unit, "binary": os.path.exists(self.p("/usr/bin/nv-fabricmanager")), "active": None}
+        out = {"unit_file": unit, "active": None, "started_this_boot": None}
         if unit is None:
             return out
-        # systemctl is-active: active, activating, inactive, failed... (systemctl(1)); a read of
-        # the manager's state, as `systemctl status` shows it, and nothing started
+        # the manager's own state, read and nothing started (systemctl show, org.freedesktop.
+        # systemd1(5)): ActiveState (active, activating, inactive, failed...), and
+        # InactiveExitTimestampMonotonic, 0 until the unit first left inactive this boot
         for cand in ("/usr/bin/systemctl", "/bin/systemctl"):
             if os.path.exists(self.p(cand)):
-                rc, text, err = self._run([self.p(cand), "is-active", FM_UNIT])
-                state = text.strip().splitlines()[0] if text.strip() else ""
+                rc, text, err = self._run([self.p(cand), "show", "-p", "ActiveState",
+                                           "-p", "InactiveExitTimestampMonotonic", FM_UNIT])
+                props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+                state = props.get("ActiveState", "")
                 out["active"] = state if state.isalpha() else None
+                since = props.get("InactiveExitTimestampMonotonic", "")
+                out["started_this_boot"] = since != "0" if since.isdigit() else None
                 break
         return out

@@ -17,7 +17,10 @@ MODPROBE_DIRS = ("/etc/modprobe.d", "/run/modprobe.d", "/usr/local/lib/modprobe.
 
 
 def options_in(text, module):
-    """(parameter, value, line number) of *module*'s options lines in a modprobe.d text."""
+    """(parameter, value, first line, last line) of *module*'s options lines in a modprobe.d
+    text. As kmod reads it (libkmod-config.c): a line ending in a backslash continues on the
+    next, and only a line that starts with # is a comment (a # later on a line is passed on
+    with the options, and the kernel ignores a parameter it does not know)."""
     out = []
     lines = text.splitlines()
     n = 0
@@ -27,11 +30,11 @@ def options_in(text, module):
             n += 1
             line = line[:-1] + " " + lines[n]
         n += 1
-        words = line.split("#", 1)[0].split()
+        words = [] if line.startswith("#") else line.split()
         if len(words) >= 3 and words[0] == "options" and words[1].replace("-", "_") == module:
             for word in words[2:]:
                 name, _, value = word.partition("=")
-                out.append((name, value, start))
+                out.append((name, value, start, n))
     return out
 
 
@@ -59,9 +62,9 @@ class ZfsProbe:
         setting, where, arc_min_setting = None, None, None
         for name in sorted(files):
             rel = self.rel(files[name])
-            for key, value, line in options_in(self.read(rel) or "", "zfs"):
+            for key, value, line, last in options_in(self.read(rel) or "", "zfs"):
                 if key == "zfs_arc_max":
-                    setting, where = value, {"path": rel, "line": line}
+                    setting, where = value, {"path": rel, "line": line, "continued": last != line}
                 elif key == "zfs_arc_min":
                     arc_min_setting = value
         out["persisted"] = setting
