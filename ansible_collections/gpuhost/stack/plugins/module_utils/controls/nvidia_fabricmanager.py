@@ -23,7 +23,7 @@ CONTROL = Control(
                 "open-gpu-kernel-modules: nvswitch PCI class 0x0680 (export_nvswitch.h, linux_nvswitch.c)",
                 "NVML nvmlDeviceGetGpuFabricInfo / nvidia-smi --help-query-gpu: fabric.state, fabric.status"),
     passes=("n/a without an NVSwitch (NVIDIA PCI class 0x0680) and without a GPU that reports a fabric state; else "
-            "`nvidia-fabricmanager.service` enabled and active (systemctl is-active), its package at the loaded "
+            "`nvidia-fabricmanager.service` enabled and active (systemd's ActiveState), its package at the loaded "
             "driver's version, and every GPU that reports a fabric state `Completed` with status `Success` (where no "
             "NVSwitch is on the bus and no Fabric Manager installed, that registration alone: a fabric managed off the "
             "host, as on an NVL72 compute tray)"),

@@ -27,9 +27,10 @@ CONTROL = Control(
             "boot (`/etc/modprobe.d`, and the initramfs on a ZFS root), and ARC max + the memory of containers given "
             "GPUs + `gpuhost_zfs_reserve_gib` <= RAM"),
     repair=("`zfs_arc_max` (and `zfs_arc_min` below it where the default minimum, RAM/32, would void it) now and in "
-            "the modprobe.d file that sets it, else `/etc/modprobe.d/zfs.conf`, at min(10 % of RAM, 16 GiB) as the "
-            "PVE installer sets it, never above what fits; `update-initramfs -u -k all` on a ZFS root; manual when "
-            "nothing fits"),
+            "the modprobe.d file that sets it (a package's file shadowed by the same name in `/etc/modprobe.d`), else "
+            "`/etc/modprobe.d/zfs.conf`, at min(10 % of RAM, 16 GiB) as the PVE installer sets it, never above what "
+            "fits; `update-initramfs -u -k all` on a ZFS root; manual when nothing fits or the options line goes on "
+            "over several lines"),
     facts=("zfs", "lxc", "boot"),
     params=(Param("gpuhost_zfs_reserve_gib", "int", 8, "zfs_reserve_gib",
                   "Memory, in GiB, kept free beside the ZFS ARC and the containers given GPUs (the host itself, "
