@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -89,6 +90,17 @@ class Rendered:
                 self.machine.tree.nodes[kind.path.lstrip("/")].put(kind.value.encode())
             elif isinstance(kind, fixes.Initramfs):
                 provision.build_initramfs(self.root, self.spec)
+            elif isinstance(kind, fixes.LxcCpuset):
+                from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
+                for c in kind.configs:      # as gpuhost.stack.lxc_config writes it, from what the file holds
+                    target = self.root / c["path"].lstrip("/")
+                    fixed = lxcconf.with_cpuset(target.read_text(), c["cpus"])
+                    assert fixed is not None, f"{c['path']} names another CPU set"
+                    target.write_text(fixed)
+            elif isinstance(kind, fixes.LxcRestart):
+                for vmid in kind.vmids:     # pct reboot: the container starts again, as PVE reads its config
+                    conf = self.root / f"etc/pve/lxc/{vmid}.conf"
+                    self.machine.start_container(int(vmid), shimlib.cpuset_request(conf.read_text()))
             else:
                 # boot units, command lines, kernels and devices: their cycles run in the lab
                 raise ValueError(f"a cycle scenario's fix holds {type(kind).__name__}, which only the lab applies")
@@ -202,6 +214,7 @@ def render(base: Path | dict, root: Path, overlay: dict | None = None,
         provision._write(root, "usr/sbin/proxmox-boot-tool", "#!/bin/sh\n", 0o755)
     if spec.nvidia:
         provision._write(root, "usr/bin/nvidia-smi", "#!/bin/sh\n", 0o755)
+        provision._write(root, "usr/bin/nvidia-modprobe", "#!/bin/sh\n", 0o755)
     provision._write(root, "usr/bin/apt-config", "#!/bin/sh\n", 0o755)
     provision._write(root, "usr/bin/systemctl", "#!/bin/sh\n", 0o755)
     if before_boot:
@@ -232,9 +245,16 @@ def lay_out_kernel_files(root: Path, machine: Machine) -> None:
             target.write_bytes(value if isinstance(value, bytes) else value.encode())
     (root / "dev").mkdir(exist_ok=True)
     (root / "dev/kmsg").write_text(machine.kmsg())      # the lab's init binds the model's log there
-    for path, _major, _minor in machine.dev_nodes():      # the lab's init makes them as char nodes
+    made = {path for path, _, _ in machine.dev_nodes()}
+    for old in (root / "dev").glob("nvidia*"):           # /dev is new at every boot
+        if old.is_file() or old.is_char_device() or old.is_symlink():
+            if str(old.relative_to(root)) not in made:
+                old.unlink()
+    for path, major, minor in machine.dev_nodes():      # char nodes, as the lab's init makes them
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(b"")
+        if (root / path).exists() or (root / path).is_symlink():
+            (root / path).unlink()
+        os.mknod(root / path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
 
 
 # ---- scenarios as data: tests/controls/<id>.yml --------------------------------------------
@@ -243,7 +263,7 @@ _BASE = yaml.safe_load((CONTROLS_DIR / "base.yml").read_text())
 BASE_HOST: dict = _BASE["host"]
 FRAGMENTS: dict = _BASE["fragments"]
 SUFFIX = {"pass": ("pass",), "na": ("na",), "fail": ("drift", "manual", "pending_reboot", "error")}
-KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "live", "unreadable", "settings",
+KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "after_boot", "live", "unreadable", "settings",
         "expect", "says", "cycle"}
 
 
@@ -282,7 +302,8 @@ def scenario_data(sc: dict) -> dict:
 
 
 def before_boot_ops(ops: list[dict]) -> Callable[[Path], None] | None:
-    """What a scenario does to the disk before the boot: write, remove, replace a string in,
+    """What a scenario does to the disk before the boot (or, after_boot, to what the boot made):
+    write, remove, replace a string in, make a char node (mknod),
     mask (systemctl mask) or enable (systemctl enable) a unit, age a file, or set the boot time
     to come after every file's mtime."""
     if not ops:
@@ -318,6 +339,12 @@ def before_boot_ops(ops: list[dict]) -> Callable[[Path], None] | None:
                 # a file made *seconds* ago (the judgement compares mtimes: an image built before a file)
                 then = time.time() - int(arg["seconds"])
                 os.utime(root / arg["path"].lstrip("/"), (then, then))
+            elif kind == "mknod":
+                # a char node as a hand (mknod) leaves it, after the boot made its own
+                target = root / arg["path"].lstrip("/")
+                if target.exists() or target.is_symlink():
+                    target.unlink()
+                os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(int(arg["major"]), int(arg["minor"])))
             elif kind == "boot_time_from_now":
                 (root / "proc").mkdir(parents=True, exist_ok=True)
                 (root / "proc/stat").write_text(f"cpu  1 2 3 4\nbtime {int(time.time()) + int(arg)}\n")
@@ -343,5 +370,8 @@ def control_scenarios() -> list[tuple[str, str, dict]]:
 def render_scenario(sc: dict, root: Path) -> Rendered:
     host = render(scenario_data(sc), root, before_boot=before_boot_ops(sc.get("before_boot") or []),
                   live=sc.get("live"))
+    after = before_boot_ops(sc.get("after_boot") or [])
+    if after:
+        after(root)
     host.unreadable = dict(sc.get("unreadable") or {})     # section -> the probe's reason
     return host

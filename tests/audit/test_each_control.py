@@ -6,7 +6,8 @@ The seed host starts with nine of them in drift (fixed in four cycles of unrelat
 a cycle of two or three still checks each one, and that nothing outside it moved); the
 Intel/GRUB host brings cpu.governor,
 the switch host pcie.acs, the seed with its GPUs' power data nvidia.power_limit, the GeForce pair
-nvidia.gpu_modes and the HGX H100 host nvidia.fabricmanager. (storage.zfs_arc's cycle runs at unit speed: the lab cannot show /proc/spl, as
+nvidia.gpu_modes, the HGX H100 host nvidia.fabricmanager, and a Proxmox host whose container
+cannot start at boot (nothing makes /dev/nvidia-uvm) lxc.gpu_nodes with lxc.cpuset. (storage.zfs_arc's cycle runs at unit speed: the lab cannot show /proc/spl, as
 procfs takes no directory that its kernel did not make.)
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ CASES = [(SEED_HOST, "pve-gpu1", c) for c in SEED_DRIFT] + [
     (SPECS / "pve-gpu1-power.yml", "pve-gpu1-power", "nvidia.power_limit"),
     (SPECS / "geforce-pair.yml", "geforce-pair", "nvidia.gpu_modes"),
     (SPECS / "hgx-h100.yml", "hgx-h100", "nvidia.fabricmanager"),
+    (SPECS / "pve-ct-boot.yml", "pve-ct-boot", "lxc.gpu_nodes,lxc.cpuset"),
 ]
 # What a fix changes besides its own control, knowingly: booting a kernel >= 6.13 on a
 # Zen 5 CPU loads amd_pstate by default (the kernel model's rule, and the real kernel's).
@@ -40,6 +42,14 @@ LIVE_AFTER_FIX = {
     # the daemon runs and every GPU registered with the fabric it set up
     "nvidia.fabricmanager": ("systemctl is-active nvidia-fabricmanager; nvidia-smi --query-gpu=fabric.state,fabric.status "
                              "--format=csv,noheader | sort -u", "active\nCompleted, Success"),
+    # nvidia-uvm loaded (major 508) and both nodes made, without a reboot
+    "lxc.gpu_nodes": ("stat -c '%F %t:%T' /dev/nvidia-uvm /dev/nvidia-uvm-tools",
+                      "character special file 1fc:0\ncharacter special file 1fc:1"),
+}
+# what must hold after the reboot: container 200, refused at boot while /dev/nvidia-uvm was
+# missing, starts at boot now, on whole cores of its GPU's node
+LIVE_AFTER_BOOT = {
+    "lxc.cpuset": ("cat /sys/fs/cgroup/lxc/200/cpuset.cpus.effective", "4-5,12-13"),
 }
 
 
@@ -78,6 +88,9 @@ def test_one_control_found_fixed_idempotent_and_kept_across_a_reboot(make_lab, s
     # after a boot the control still passes, and the others are where they were: fixing one
     # control fixes (or breaks) no other
     lab.reboot(host)
+    for c in ids & set(LIVE_AFTER_BOOT):
+        command, live = LIVE_AFTER_BOOT[c]
+        assert lab.out(host, command) == live
     whole_after = gpuhost("audit", "-i", inv).status(host)
     assert {c: whole_after[c] for c in ids} == dict.fromkeys(ids, "pass"), whole_after
     moved = {c for c in whole_before if c not in ids and whole_after[c] != whole_before[c]}

@@ -14,7 +14,7 @@ SEED_EXPECTED = {
     "pcie.mrrs": "drift", "pcie.link": "pass", "pcie.acs": "pass", "pcie.bar1": "pass", "iommu.mode": "drift",
     "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
     "nvidia.persistence": "drift", "nvidia.power_limit": "na", "nvidia.gpu_modes": "pass", "nvidia.p2p": "pass", "nvidia.fabricmanager": "na",
-    "nvidia.driver_pinned": "na", "lxc.gpu_passthrough": "drift",
+    "nvidia.driver_pinned": "na", "lxc.gpu_nodes": "pass", "lxc.gpu_passthrough": "drift", "lxc.cpuset": "drift",
     "storage.scheduler": "drift", "storage.zfs_arc": "na", "health.gpu": "pass",
 }
 GUEST_EXPECTED = {c.id: "na" for c in CATALOG} | {"nvidia.driver": "pass"}

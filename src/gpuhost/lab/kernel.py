@@ -143,6 +143,8 @@ class BootState:
     cpuidle_driver: str | None = None   # None: the spec's
     offline: tuple[int, ...] = ()       # CPUs not brought up this boot
     zfs: dict = field(default_factory=dict)     # the zfs module's parameters as this boot set them
+    uvm: str = "absent"                 # nvidia-uvm this boot: absent | loaded (its major) | nodes (and /dev nodes)
+    containers: dict = field(default_factory=dict)   # vmid -> {request, devices}: what its config asks at start
 
     @property
     def proc_cmdline(self) -> str:
@@ -531,6 +533,65 @@ def udev_wanted_units(root: Path) -> list[str]:
     return names
 
 
+def _runs_uvm_modprobe(command: str) -> bool:
+    """A command that runs nvidia-modprobe with -u: it loads nvidia-uvm and, with -c, makes
+    /dev/nvidia-uvm and -tools (nvidia-modprobe.c main: nvidia_uvm_modprobe, nvidia_uvm_mknod)."""
+    words = command.replace('"', " ").replace("'", " ").split()
+    return any(w.endswith("nvidia-modprobe") for w in words) and any(
+        w == "--unified-memory" or re.match(r"^-[a-z]*u", w) for w in words)
+
+
+def udev_uvm_rules(root: Path) -> list[tuple[str, bool]]:
+    """udev rules that run nvidia-modprobe -u: (file, whether the rule waits for nvidia_uvm to
+    load, KERNEL=="nvidia_uvm" as the Proxmox forum's 70-nvidia.rules has it, or fires when the
+    driver binds a GPU, as a distribution's 60-nvidia.rules does)."""
+    found: list[tuple[str, bool]] = []
+    seen: set[str] = set()
+    for d in UDEV_DIRS:
+        directory = root / d
+        if not directory.is_dir():
+            continue
+        for rules in sorted(directory.glob("*.rules")):
+            if rules.name in seen:
+                continue
+            seen.add(rules.name)
+            for line in rules.read_text(errors="replace").replace("\\\n", " ").splitlines():
+                if not line.lstrip().startswith("#") and any(_runs_uvm_modprobe(r) for r in re.findall(r'RUN\+?="([^"]*)"', line)):
+                    found.append((f"/{d}/{rules.name}", bool(re.search(r'(KERNEL|DEVPATH)=="[^"]*nvidia[_-]uvm', line))))
+                    break
+    return found
+
+
+def container_requests(spec: HostSpec, root: Path) -> dict[int, str]:
+    """The containers pve-guests.service starts at boot (the spec's running ones), each with
+    what its config on the disk now asks of its CPU set (shimlib.cpuset_request) and the
+    device nodes its devN: lines need (the machine starts it only where they all exist)."""
+    if not spec.is_proxmox:
+        return {}
+    out = {}
+    for ct in spec.lxc:
+        if ct.running:
+            text = _read(root, f"etc/pve/nodes/{spec.hostname}/lxc/{ct.vmid}.conf") or ""
+            out[ct.vmid] = {"request": shimlib.cpuset_request(text), "devices": shimlib.device_paths(text)}
+    return out
+
+
+def uvm_at_boot(spec: HostSpec, root: Path, nvidia_loaded: bool) -> str:
+    """nvidia-uvm at this boot: "nodes" where a udev rule or an enabled unit runs
+    nvidia-modprobe -u (a rule on nvidia_uvm only once modules-load.d loads it), or, off
+    Proxmox, where the spec says the vendor's setup does; "loaded" where only modules-load.d
+    names it (the module registers its major, no node appears); else "absent"."""
+    if spec.nvidia is None or not nvidia_loaded:
+        return "absent"
+    listed = "nvidia_uvm" in shimlib.modules_load(str(root))
+    if any(listed or not waits for _, waits in udev_uvm_rules(root)) or \
+            any(_runs_uvm_modprobe(c) for c in enabled_units(root, True)):
+        return "nodes"
+    if spec.nvidia.uvm_at_boot and not spec.is_proxmox:
+        return "nodes"
+    return "loaded" if listed else "absent"
+
+
 def enabled_units(root: Path, nvidia_loaded: bool = False) -> list[str]:
     """Rule 10: ExecStart= lines of units enabled in multi-user.target.wants, and of those
     the NVIDIA driver's udev rule starts when it binds, in systemd's start order."""
@@ -592,6 +653,8 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
         loader=spec.boot.loader,
         offline=offline_cpus(spec, params),
         zfs=zfs_params_at_boot(spec, root, release),
+        uvm=uvm_at_boot(spec, root, loaded),
+        containers=container_requests(spec, root),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Callable
 
 from . import configspace
 from .kernel import EPP_CHOICES, BootState, boost_files, default_governor, governors_for
+from .shims import shimlib
 from .spec import GuestSpec, HostSpec, PciDevice
 from .tree import Blob, Tree, einval, text
 
@@ -96,6 +98,7 @@ class Machine:
         self.read_ahead = {b.name: b.read_ahead_kb for b in spec.block}
         self.persistence = {g.bdf: spec.nvidia.persistence_default for g in spec.nvidia.gpus} if spec.nvidia else {}
         self.fabric_managed = False          # Fabric Manager set the NVLink fabric up this boot
+        self.uvm = boot.uvm                  # absent | loaded | nodes: nvidia-uvm's module and /dev nodes
         # the power limit does not survive a reboot (NVML: "not persistent across reboots or
         # driver unloads"): every boot starts at the spec's limit, else the default
         self.power_limit = {g.bdf: (g.power.limit_w or g.power.default_w)
@@ -107,6 +110,13 @@ class Machine:
         self.nvram = {} if nvram is None else nvram
         # the spec's compute mode is what the host has when the lab starts (set by hand or a
         # job's prologue since its last boot); every boot after that starts in Default
+        # each running container's CPU set, chosen as pve-guests.service starts it at this boot
+        self.ct_cpus: dict[int, list[int]] = {}
+        present = {"/" + path for path, _, _ in self.dev_nodes()}
+        for vmid, ct in boot.containers.items():
+            # pve-guests.service: a devN: node missing at start stops that container's start
+            if all(p in present or not p.startswith("/dev/nvidia") for p in ct["devices"]):
+                self.start_container(vmid, ct["request"])
         first_boot = not self.nvram.get("booted")
         self.nvram["booted"] = True
         self.compute_mode = {g.bdf: (g.compute_mode if first_boot else "Default") for g in gpus}
@@ -199,6 +209,8 @@ class Machine:
         self._render_cpufreq(t)
         self._render_cpuidle(t)
         self._render_nodes(t)
+        for vmid in self.ct_cpus:
+            self._render_container(t, vmid)
         self._render_pci(t)
         self._render_iommu(t)
         self._render_misc(t)
@@ -476,7 +488,7 @@ class Machine:
         t.attr("proc/sys/kernel/osrelease", text(self.boot.release))
         t.attr("proc/sys/kernel/random/boot_id", text(self.boot.boot_id))
         t.attr("proc/cpuinfo", self._cpuinfo())
-        t.attr("proc/devices", self._proc_devices())
+        t.attr("proc/devices", lambda: self._proc_devices())      # nvidia-uvm appears when it loads
         t.attr("proc/meminfo", self._meminfo())
         t.attr("proc/stat", self._proc_stat())
         for key in self.sysctl:
@@ -503,6 +515,7 @@ class Machine:
             "units": self.boot.units, "sysctl": sorted(self.sysctl)}) + "\n").encode())
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
+        t.attr("ctl/nvidia-uvm", lambda: text(self.uvm), self._write_uvm)
         t.attr("ctl/fabricmanager", lambda: text("running" if self.fabric_managed else "stopped"), self._write_fabricmanager)
         t.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(self.power_limit)), self._write_power_limit)
         t.attr("ctl/nvidia-compute-mode", lambda: text(json.dumps(self.compute_mode)), self._write_compute_mode)
@@ -527,7 +540,7 @@ class Machine:
         out = [(f"dev/nvidia{i}", major, i) for i in range(len(held))]
         out += [("dev/nvidiactl", major, 255), ("dev/nvidia-modeset", major, 254)]
         uvm = nv.char_majors.get("nvidia-uvm")
-        if uvm is not None:
+        if uvm is not None and self.uvm == "nodes":
             out += [("dev/nvidia-uvm", uvm, 0), ("dev/nvidia-uvm-tools", uvm, 1)]
         return out
 
@@ -590,7 +603,8 @@ class Machine:
         chars = {1: "mem", 4: "/dev/vc/0", 5: "/dev/tty", 10: "misc", 136: "pts", 180: "usb", 202: "cpu/msr", 203: "cpu/cpuid", 226: "drm", 259: "blkext"}
         if self.spec.nvidia and self.boot.nvidia_loaded:
             for name, major in self.spec.nvidia.char_majors.items():
-                chars[major] = name
+                if name != "nvidia-uvm" or self.uvm != "absent":     # uvm.c registers it at module load
+                    chars[major] = name
         out = "Character devices:\n" + "".join(f"{m:3d} {n}\n" for m, n in sorted(chars.items()))
         out += "\nBlock devices:\n  7 loop\n  8 sd\n 253 device-mapper\n 259 blkext\n"
         return out.encode()
@@ -729,6 +743,45 @@ class Machine:
             return {"state": "Completed", "status": "Success"}
         return g.fabric.model_dump()
 
+    def start_container(self, vmid: int, request: str) -> None:
+        """A container's CPU set as it starts (pve-container LXC.pm update_lxc_config): a raw
+        lxc.cgroup2.cpuset.cpus as written; for cores: N fewer than the host's CPUs, the online
+        CPUs with random ones removed until N are left (a new draw at every start: the lab
+        seeds it with the host, the container and how often it started, so runs repeat);
+        else every online CPU."""
+        online = [c.cpu for c in self.cpus if c.cpu not in set(self.boot.offline)]
+        kind, _, arg = request.partition(" ")
+        if kind == "cpuset":
+            cpus = [c for c in shimlib.parse_cpulist(arg) if c in online]
+        elif kind == "cores" and int(arg) < len(online):
+            starts = self.nvram.setdefault("ct_starts", {})
+            starts[vmid] = starts.get(vmid, 0) + 1
+            rng = random.Random(f"{self.spec.hostname}/{vmid}/{starts[vmid]}")
+            cpus = list(online)
+            while len(cpus) > int(arg):
+                cpus.pop(rng.randrange(len(cpus)))
+        else:
+            cpus = online
+        self.ct_cpus[vmid] = sorted(cpus)
+        if getattr(self, "tree", None) is not None:
+            self._render_container(self.tree, vmid)
+
+    def _render_container(self, t: Tree, vmid: int) -> None:
+        """A running container's cgroup (pve-container: /sys/fs/cgroup/lxc/<vmid>), its CPU set."""
+        for name in ("cpuset.cpus", "cpuset.cpus.effective"):
+            t.attr(f"sys/fs/cgroup/lxc/{vmid}/{name}", lambda vmid=vmid: text(cpulist(self.ct_cpus[vmid])))
+
+    def _write_uvm(self, value: bytes) -> None:
+        """The lab's nvidia-modprobe tells the model it loaded nvidia-uvm ("loaded") and made
+        its nodes ("nodes"); the module loads only with the nvidia driver under it."""
+        word = _word(value)
+        if word not in ("loaded", "nodes"):
+            raise einval()
+        if not self.boot.nvidia_loaded or not self.spec.nvidia or "nvidia-uvm" not in self.spec.nvidia.char_majors:
+            raise OSError(errno.ENODEV, "No such device")
+        if self.uvm != "nodes":
+            self.uvm = word
+
     def _write_fabricmanager(self, value: bytes) -> None:
         """The lab's nv-fabricmanager tells the model it set the fabric up (or stopped)."""
         word = _word(value)
@@ -815,10 +868,12 @@ class Machine:
         self.on_reboot(action)
 
     def _write_container_restart(self, value: bytes) -> None:
-        try:
-            self.on_container_restart(int(_word(value)))
-        except ValueError:
-            raise einval() from None
+        """The lab's pct (re)starts a container: "<vmid> <what its config asks of the CPU set>"."""
+        vmid, _, request = _word(value).partition(" ")
+        if not vmid.isdigit() or not re.match(r"^(all|cores \d+|cpuset [0-9,\-]*)$", request or "all"):
+            raise einval()
+        self.start_container(int(vmid), request or "all")
+        self.on_container_restart(int(vmid))
 
 
 class GuestMachine:

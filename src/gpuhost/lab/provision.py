@@ -155,6 +155,7 @@ def install_shims(root: Path, spec: AnySpec) -> None:
         tools["usr/bin/nvidia-smi"] = "nvidia-smi"
         if not spec.is_guest:
             tools["usr/bin/nvidia-persistenced"] = "nvidia-persistenced"
+            tools["usr/bin/nvidia-modprobe"] = "nvidia-modprobe"
         if getattr(spec.nvidia, "fabricmanager", None) is not None:
             tools["usr/bin/nv-fabricmanager"] = "nv-fabricmanager"
     if not spec.is_guest:
@@ -456,6 +457,16 @@ def provision_fabricmanager(root: Path, spec: HostSpec) -> None:
             link.symlink_to(f"/usr/lib/systemd/system/{FM_UNIT}")
 
 
+def provision_uvm_recipe(root: Path) -> None:
+    """What a Proxmox host that passes GPUs to containers usually has so that CUDA's nodes exist
+    at boot (the recipe posted in Proxmox forum threads on NVIDIA in LXC): nvidia and nvidia_uvm
+    in modules-load.d, and a udev rule that runs nvidia-modprobe -c0 -u once nvidia_uvm loads."""
+    _write(root, "etc/modules-load.d/nvidia.conf", "nvidia\nnvidia_uvm\n")
+    _write(root, "etc/udev/rules.d/70-nvidia.rules",
+           'KERNEL=="nvidia", RUN+="/bin/bash -c \'/usr/bin/nvidia-smi -L && /bin/chmod 666 /dev/nvidia*\'"\n'
+           'KERNEL=="nvidia_uvm", RUN+="/bin/bash -c \'/usr/bin/nvidia-modprobe -c0 -u && /bin/chmod 0666 /dev/nvidia-uvm*\'"\n')
+
+
 def build_initramfs(root: Path, spec: HostSpec) -> None:
     """Each kernel's initramfs on a ZFS root, built with the modprobe.d files the host was set
     up with (its spec's files included): what the zfs module reads at boot."""
@@ -470,6 +481,8 @@ def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -
         provision_unattended_upgrades(root, spec)
     if spec.nvidia and spec.nvidia.fabricmanager:
         provision_fabricmanager(root, spec)
+    if spec.nvidia and spec.nvidia.uvm_at_boot and spec.is_proxmox:
+        provision_uvm_recipe(root)
     if spec.zfs is not None and spec.zfs.arc_max is not None:
         # the PVE installer's file (8.1+): the ARC limit in bytes
         _write(root, "etc/modprobe.d/zfs.conf", f"options zfs zfs_arc_max={spec.zfs.arc_max}\n")

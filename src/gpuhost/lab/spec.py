@@ -333,6 +333,11 @@ class Nvidia(_Strict):
     p2p: list[P2pPair] = Field(default_factory=list)        # every other pair: OK both ways
     char_majors: dict[str, int] = Field(default_factory=lambda: {"nvidia": 195, "nvidia-uvm": 508, "nvidia-caps": 236})
     fabricmanager: Optional[FabricManager] = None
+    # hostspec.md nvidia.uvm_at_boot: true, something of the vendor's loads nvidia-uvm at
+    # boot and makes its nodes; false, only what the host's own files say does (modules-load.d
+    # loads the module, nvidia-modprobe -u makes the nodes: uvm.c registers a char region and
+    # no device, so udev makes no node for it)
+    uvm_at_boot: bool = True
 
 
 class GuestNvidia(_Strict):
@@ -359,6 +364,7 @@ class BlockDev(_Strict):
 class LxcContainer(_Strict):
     vmid: int = Field(ge=100, le=999999999)
     config: str
+    running: bool = True        # started at boot (its CPU set is then chosen as pve-container does)
 
 
 class Zfs(_Strict):

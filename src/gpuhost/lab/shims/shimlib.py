@@ -299,6 +299,87 @@ def modprobe_options(files: dict, module: str) -> dict:
     return out
 
 
+# modules-load.d(5): *.conf by name across these directories, an earlier one's name shadowing
+# a later one's; Debian's systemd links /etc/modules-load.d/modules.conf to ../modules
+MODULES_LOAD_DIRS = ("etc/modules-load.d", "run/modules-load.d", "usr/local/lib/modules-load.d", "lib/modules-load.d",
+                     "usr/lib/modules-load.d")
+
+
+def modules_load(root: str = "/") -> dict:
+    """The modules systemd-modules-load loads at boot: name (dashes as underscores, as kmod's
+    alias_normalize makes them) -> the file that names it."""
+    found = {}
+    for d in MODULES_LOAD_DIRS:
+        try:
+            names = sorted(os.listdir(os.path.join(root, d)))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".conf"):
+                found.setdefault(name, d + "/" + name)
+    out = {}
+    for name in sorted(found):
+        path = os.path.join(root, found[name])
+        if os.path.islink(path) and os.readlink(path).startswith("/"):
+            path = os.path.join(root, os.readlink(path).lstrip("/"))     # inside *root*, never the machine's
+        for line in (read(path, "") or "").splitlines():
+            word = line.strip()
+            if word and word[0] not in "#;":
+                # the whole line is the module's name (modules-load.c): "nvidia-uvm x=1" loads nothing
+                out.setdefault(word.replace("-", "_"), "/" + found[name])
+    return out
+
+
+# ---- a container's CPU set at start (pve-container src/PVE/LXC.pm update_lxc_config) --------
+RAW_CPUSET = re.compile(r"^lxc\.cgroup2\.cpuset\.cpus(?::|\s*=)\s*(.*?)\s*$")
+
+
+def parse_cpulist(text: str) -> list:
+    """The kernel's list format (0-3,8,10-11) as CPU numbers."""
+    out = []
+    for part in (text or "").strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return sorted(set(out))
+
+
+def device_paths(text: str) -> list:
+    """The host nodes a config's devN: lines pass ([path=]/dev/x[,opts]): pve-container creates
+    each from the host's node at start, and refuses the start where one does not exist."""
+    out = []
+    for line in (text or "").splitlines():
+        if line.startswith("["):
+            break
+        m = re.match(r"^dev\d+:\s*(.*)$", line)
+        if m:
+            parts = [p.strip() for p in m.group(1).split(",")]
+            path = next((p[5:] for p in parts if p.startswith("path=")), None) or \
+                next((p for p in parts if p.startswith("/")), "")
+            if path:
+                out.append(path)
+    return out
+
+
+def cpuset_request(text: str) -> str:
+    """What PVE does with a config's main section for the CPU set at start: "cpuset 0-3" for a
+    raw lxc.cgroup2.cpuset.cpus (PVE then adds nothing of its own), "cores N" for cores: N,
+    else "all"."""
+    cores = None
+    for line in (text or "").splitlines():
+        if line.startswith("["):
+            break
+        m = RAW_CPUSET.match(line.strip())
+        if m:
+            return "cpuset " + m.group(1)
+        m = re.match(r"^cores:\s*(\d+)\s*$", line.strip())
+        if m:
+            cores = int(m.group(1))
+    return f"cores {cores}" if cores else "all"
+
+
 def initramfs_image(root: str = "/") -> str:
     """What the lab's update-initramfs puts in an image: the modprobe.d files of the moment
     (initramfs-tools copies them in, so a module loaded from the initramfs reads those)."""

@@ -263,6 +263,39 @@ def repair(text: str, devices: dict[int, str]) -> str:
     return "".join(out + rest)
 
 
+CPUSET_RE = re.compile(r"^lxc\.cgroup2\.cpuset\.cpus(?::|\s*=)\s*(.*?)\s*$")
+CORES_RE = re.compile(r"^cores:\s*(\d+)\s*$")
+
+
+def cpu_request(text: str) -> tuple[str | None, int | None]:
+    """The main section's raw ``lxc.cgroup2.cpuset.cpus`` (PVE then picks no CPUs of its own:
+    LXC.pm update_lxc_config, $had_cpuset) and ``cores``; the last of each counts."""
+    cpuset, cores = None, None
+    for line in main_section(text)[0]:
+        m = CPUSET_RE.match(line.strip())
+        if m:
+            cpuset = m.group(1)
+        m = CORES_RE.match(line.strip())
+        if m:
+            cores = int(m.group(1))
+    return cpuset, cores
+
+
+def with_cpuset(text: str, cpus: str) -> str | None:
+    """The config with ``lxc.cgroup2.cpuset.cpus: <cpus>`` after the main section's last line
+    (where pve-container writes raw keys); the text itself where it already says so, None
+    where it names another set (someone chose one since the audit)."""
+    have, _ = cpu_request(text)
+    if have is not None:
+        return text if have == cpus else None
+    main, rest = main_section(text)
+    last = max((i for i, line in enumerate(main) if line.strip()), default=-1)
+    head, tail = main[:last + 1], main[last + 1:]
+    if head and not head[-1].endswith("\n"):
+        head[-1] += "\n"
+    return "".join(head + [f"lxc.cgroup2.cpuset.cpus: {cpus}\n"] + tail + rest)
+
+
 # A line pve-container reads (pve-docs, "Configuration File Format" of pct.conf): a comment,
 # a blank line, "OPTION: value", or a raw LXC key with ":" or "=".
 PCT_LINE_RE = re.compile(r"^(#.*|\s*|lxc\.[a-z0-9_.\-]+\s*[:=]\s*.*|[a-z][a-z_]*\d*:\s*\S.*)$")

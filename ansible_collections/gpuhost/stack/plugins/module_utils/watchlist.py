@@ -7,4 +7,4 @@ WATCHED_SYSCTLS = ("kernel.numa_balancing",)
 OWNED_UNITS = ("gpuhost-cpu-governor.service", "gpuhost-cpu-boost.service", "gpuhost-cpu-cstates.service",
                "gpuhost-pcie-mrrs.service", "gpuhost-pcie-acs.service", "nvidia-persistenced.service",
                "gpuhost-nvidia-power-limit.service", "gpuhost-nvidia-compute-mode.service",
-               "nvidia-fabricmanager.service", "gpuhost-storage-scheduler.service")
+               "nvidia-fabricmanager.service", "gpuhost-nvidia-uvm.service", "gpuhost-storage-scheduler.service")

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: lxc_config
-short_description: Repair a container config's GPU passthrough lines under Proxmox's config lock
+short_description: Repair a container config's GPU passthrough lines, or set its CPU set, under Proxmox's config lock
 description:
   - Takes the lock pve-container takes for a config change (an exclusive flock on
     /run/lock/lxc/pve-config-VMID.lock), reads /etc/pve/lxc/VMID.conf as it is now, and
@@ -19,10 +19,16 @@ description:
     unknown, a devN node that does not exist); the repair is checked as pve-container reads a
     config before a byte is written, then written atomically with a copy in the backup
     directory.
+  - With I(cpuset), writes C(lxc.cgroup2.cpuset.cpus) after the main section's last line
+    instead (the lines PVE keeps as raw LXC keys), and refuses a config that names another set
+    now.
   - Supports check mode and diff.
 options:
   vmid: {description: The container, type: int, required: true}
-  devices: {description: "Char majors of the host now (major -> name, from /proc/devices)", type: dict, required: true}
+  devices: {description: "Char majors of the host now (major -> name, from /proc/devices); for the passthrough repair",
+            type: dict}
+  cpuset: {description: "The CPU set to write (kernel list format, 0-23,64-87) instead of the passthrough repair",
+           type: str}
   dev_nodes: {description: The /dev/nvidia* nodes on the host now, type: list, elements: str}
   lock_timeout: {description: Seconds to wait for Proxmox's config lock, type: int, default: 60}
   backup_dir: {description: Where to keep a copy of the config before changing it, type: path,
@@ -72,9 +78,12 @@ def take_lock(module, vmid, timeout):
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        vmid=dict(type="int", required=True), devices=dict(type="dict", required=True),
+        vmid=dict(type="int", required=True), devices=dict(type="dict"), cpuset=dict(type="str"),
         dev_nodes=dict(type="list", elements="str"), lock_timeout=dict(type="int", default=60),
-        backup_dir=dict(type="path", default="/var/backups/gpuhost")), supports_check_mode=True)
+        backup_dir=dict(type="path", default="/var/backups/gpuhost")), required_one_of=[("devices", "cpuset")],
+        mutually_exclusive=[("devices", "cpuset")], supports_check_mode=True)
+    if module.params["cpuset"] is not None and not re.match(r"^\d+(-\d+)?(,\d+(-\d+)?)*$", module.params["cpuset"]):
+        module.fail_json(msg="cpuset: not a CPU list: %r" % module.params["cpuset"][:80])
     p = module.params
     vmid = p["vmid"]
     path = "/etc/pve/lxc/%d.conf" % vmid
@@ -122,7 +131,7 @@ def read_config(module, vmid, path):
 
 def repaired(module, p, vmid, path, raw):
     """(the repaired text, the result to return), or (None, None) when nothing needs changing."""
-    devices = dict((int(k), str(v)) for k, v in p["devices"].items())
+    devices = dict((int(k), str(v)) for k, v in (p["devices"] or {}).items())
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -132,6 +141,12 @@ def repaired(module, p, vmid, path, raw):
     if held:
         module.fail_json(msg="container %d is locked (%s: a backup, migration or snapshot in progress): "
                              "nothing changed; run the fix again when it is done" % (vmid, held[0]))
+    if p["cpuset"] is not None:
+        fixed = lxcconf.with_cpuset(text, p["cpuset"])
+        if fixed is None:
+            module.fail_json(msg="container %d: its config names another CPU set now (%s): nothing changed"
+                                 % (vmid, lxcconf.cpu_request(text)[0]))
+        return _result(module, vmid, path, text, fixed)
     pt = lxcconf.inspect(str(vmid), text)
     blocked = lxcconf.blockers(pt, devices, p["dev_nodes"])
     if blocked:
@@ -146,6 +161,19 @@ def repaired(module, p, vmid, path, raw):
         problem = "the repaired file would be over pmxcfs's 1 MiB limit for a file in /etc/pve"
     if problem:
         module.fail_json(msg="container %d: the repair was refused (%s): nothing changed" % (vmid, problem))
+    return fixed, dict(changed=True, path=path, diff=[dict(before_header=path, after_header=path, before=text,
+                                                           after=fixed)])
+
+
+def _result(module, vmid, path, text, fixed):
+    """(the new text, the result) for the CPU set, checked as pve-container reads a config."""
+    if fixed == text:
+        return None, None
+    problem = lxcconf.reads_back(text, fixed) or (
+        "the file would be over pmxcfs's 1 MiB limit for a file in /etc/pve"
+        if len(fixed.encode("utf-8")) > PMXCFS_MAX_FILE_SIZE else None)
+    if problem:
+        module.fail_json(msg="container %d: the CPU set was refused (%s): nothing changed" % (vmid, problem))
     return fixed, dict(changed=True, path=path, diff=[dict(before_header=path, after_header=path, before=text,
                                                            after=fixed)])
 

@@ -576,6 +576,98 @@ def test_lxc_gpu_passthrough(view: View):
         view.skip("no container is given GPUs")
 
 
+def _gpu_containers(view: View) -> dict[str, str]:
+    """vmid -> main section of each Proxmox container given GPUs: a /dev/nvidiaN (mounted or
+    devN:), or an allow of the driver's major 195."""
+    out = {}
+    for conf in view.host.run("ls /etc/pve/lxc/*.conf 2>/dev/null").stdout.split():
+        main = view.host.file(conf).content_string.split("\n[")[0]
+        nodes = re.findall(r"^lxc\.mount\.entry:\s*\S+\s+/?(dev/nvidia\d+)\s", main, re.M)
+        nodes += re.findall(r"^dev\d+:\s*(?:path=)?/(dev/nvidia\d+)(?:,|\s*$)", main, re.M)
+        if nodes or re.search(r"^lxc\.cgroup2\.devices\.allow:\s*c 195:", main, re.M):
+            out[conf.rsplit("/", 1)[1][:-5]] = main
+    return out
+
+
+def _cpus(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if part.strip():
+            lo, _, hi = part.strip().partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _runs_uvm_modprobe(text: str) -> bool:
+    return bool(re.search(r"nvidia-modprobe\b[^\n\"]*\s(-[a-z]*u\b|--unified-memory)", text))
+
+
+def test_lxc_gpu_nodes(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    if not view.host.file("/etc/pve/lxc").exists:
+        view.skip("not a Proxmox VE host: no containers")
+    if not _gpu_containers(view):
+        view.skip("no container is given GPUs")
+    devices = view.read("/proc/devices").split("Block devices:")[0]
+    if not re.search(r"^\s*\d+ nvidia$", devices, re.M):
+        view.skip("the NVIDIA driver is not loaded")
+    uvm = re.search(r"^\s*(\d+) nvidia-uvm$", devices, re.M)
+    assert uvm, "nvidia-uvm is not loaded"
+    for node in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
+        kind, _, major = view.host.run(f"stat -c '%F %t' {node} 2>/dev/null").stdout.strip().rpartition(" ")
+        assert kind == "character special file", f"{node} is missing or not a char device"
+        assert int(major, 16) == int(uvm.group(1)), f"{node}: major {int(major, 16)}, nvidia-uvm {uvm.group(1)}"
+    # at the next boot: a udev rule that runs nvidia-modprobe -u (one on nvidia_uvm once
+    # modules-load.d loads it), or an enabled unit that runs it before pve-guests.service
+    loads = view.host.run("cat /etc/modules-load.d/*.conf /run/modules-load.d/*.conf /usr/lib/modules-load.d/*.conf "
+                          "2>/dev/null").stdout
+    listed = bool(re.search(r"^\s*nvidia[-_]uvm\s*$", loads, re.M))
+    makers = []
+    for rules in view.host.run("ls /etc/udev/rules.d/*.rules /lib/udev/rules.d/*.rules 2>/dev/null").stdout.split():
+        for rule in view.host.file(rules).content_string.replace("\\\n", " ").splitlines():
+            if rule.lstrip().startswith("#") or not _runs_uvm_modprobe(rule):
+                continue
+            if listed or not re.search(r'(KERNEL|DEVPATH)=="[^"]*nvidia[_-]uvm', rule):
+                makers.append(rules)
+    for link in view.host.run("ls /etc/systemd/system/*.target.wants/*.service 2>/dev/null").stdout.split():
+        unit = view.host.run(f"systemctl cat {shlex.quote(link.rsplit('/', 1)[1])} 2>/dev/null").stdout
+        if _runs_uvm_modprobe(unit) and re.search(r"^Before=.*\bpve-guests\.service", unit, re.M):
+            makers.append(link)
+    assert makers, "nothing makes nvidia-uvm's nodes at boot before pve-guests.service"
+
+
+def test_lxc_cpuset(view: View):
+    if not host_level(view):
+        view.skip(CONTAINER)
+    if not view.host.file("/etc/pve/lxc").exists:
+        view.skip("not a Proxmox VE host: no containers")
+    containers = _gpu_containers(view)
+    if not containers:
+        view.skip("no container is given GPUs")
+    online = _cpus(view.read(f"{CPU}/online"))
+    node_of = {}
+    for info in view.host.run("grep -H 'Device Minor' /proc/driver/nvidia/gpus/*/information 2>/dev/null").stdout.splitlines():
+        bdf, minor = info.split("/")[5], info.rsplit(":", 1)[1].strip()
+        node_of[minor] = int(view.read(f"/sys/bus/pci/devices/{bdf}/numa_node"))
+    for vmid, main in containers.items():
+        raw = re.findall(r"^lxc\.cgroup2\.cpuset\.cpus(?::|\s*=)\s*(\S+)", main, re.M)
+        cores = re.findall(r"^cores:\s*(\d+)\s*$", main, re.M)
+        if not raw:
+            assert not cores or int(cores[-1]) >= len(online), f"{vmid}: cores: {cores[-1]} and no fixed CPU set"
+            continue
+        cpus = _cpus(raw[-1])
+        gpus = set(re.findall(r"dev/nvidia(\d+)\b", main))
+        for minor in gpus:
+            node = node_of.get(minor)
+            assert node is not None and node >= 0, f"{vmid}: the NUMA node of /dev/nvidia{minor} is unknown"
+            assert cpus & _cpus(view.read(f"/sys/devices/system/node/node{node}/cpulist")), \
+                f"{vmid}: its CPU set {raw[-1]} has no CPU of node {node}"
+        effective = view.host.file(f"/sys/fs/cgroup/lxc/{vmid}/cpuset.cpus.effective")
+        if effective.exists:
+            assert _cpus(effective.content_string) == cpus & online, f"{vmid}: runs on {effective.content_string.strip()}"
+
+
 def test_storage_scheduler(view: View):
     if not host_level(view):
         view.skip(CONTAINER)

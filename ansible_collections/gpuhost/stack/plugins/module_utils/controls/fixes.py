@@ -157,6 +157,35 @@ class LxcRepair:
 
 
 @dataclass(frozen=True)
+class LxcCpuset:
+    """Each container config gets ``lxc.cgroup2.cpuset.cpus`` in its main section, written
+    under Proxmox's config lock from what the file holds then (gpuhost.stack.lxc_config)."""
+    STEP = "lxc_cpuset"
+    configs: tuple              # ({"path", "vmid", "cpus"}, ...)
+
+    def put(self, fix: dict) -> None:
+        fix["lxc_cpuset"] = [dict(c) for c in self.configs]
+
+    def plan(self) -> list[str]:
+        return [f"set CPUs {c['cpus']} in {c['path']} under Proxmox's config lock (a copy in /var/backups/gpuhost)"
+                for c in self.configs]
+
+
+@dataclass(frozen=True)
+class LxcRestart:
+    """Running containers restarted (pct reboot) so their config applies; only where the
+    inventory allows it (gpuhost_lxc_restart)."""
+    STEP = "lxc_restart"
+    vmids: tuple
+
+    def put(self, fix: dict) -> None:
+        fix["lxc_restart"] = list(self.vmids)
+
+    def plan(self) -> list[str]:
+        return [f"restart container {v} (pct reboot)" for v in self.vmids]
+
+
+@dataclass(frozen=True)
 class BootUnit:
     """A oneshot unit of gpuhost's that re-applies runtime writes at every boot, installed
     and enabled (gpuhost.stack.file); *content* is what systemd reads."""
@@ -200,14 +229,18 @@ class UnitEnable:
 @dataclass(frozen=True)
 class UnitStart:
     """A vendor's daemon started now where it is not running (systemctl start), after its
-    unit is enabled for the boots to come."""
+    unit is enabled for the boots to come; or, *restart*, a oneshot unit of gpuhost's run
+    again now whether or not it ran this boot (systemctl restart)."""
     STEP = "start"
     names: tuple
+    restart: bool = False
 
     def put(self, fix: dict) -> None:
-        fix.setdefault("start", []).extend(self.names)
+        fix.setdefault("restart" if self.restart else "start", []).extend(self.names)
 
     def plan(self) -> list[str]:
+        if self.restart:
+            return [f"run {n} now (systemctl restart)" for n in self.names]
         return [f"start {n} now (systemctl start)" for n in self.names]
 
 
@@ -297,21 +330,23 @@ class GpuMode:
         fix.setdefault("runtime", []).append({"gpu": self.bus_id, "gpu_mode": self.mode, "value": self.value})
 
 
-KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, Initramfs, LxcRepair, BootUnit, UnitRemoval,
+KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, Initramfs, LxcRepair, LxcCpuset,
+         LxcRestart, BootUnit, UnitRemoval,
          UnitEnable, UnitStart, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 # every key a fix may hold, and the kind that owns it
 KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
         "headers": KernelSeries, "flavor": KernelSeries, "running": KernelSeries, "check_nvidia_module": KernelSeries,
         "unpin": KernelSeries, "packages": KernelSeries, "default_release": KernelSeries, "file": FileContent,
-        "files": FileEdit, "initramfs": Initramfs, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair, "unit": BootUnit,
-        "remove_unit": UnitRemoval, "enable": UnitEnable, "start": UnitStart, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
+        "files": FileEdit, "initramfs": Initramfs, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair,
+        "lxc_cpuset": LxcCpuset, "lxc_restart": LxcRestart, "unit": BootUnit,
+        "remove_unit": UnitRemoval, "enable": UnitEnable, "start": UnitStart, "restart": UnitStart, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
 
 # the common fix task files (roles/common/tasks/fix_<step>.yml) in the order a fix applies
 # them: the command line before the kernel it is for, packages before the module check,
-# files and units before systemd reads them again, the runtime writes last
-STEPS = ("cmdline", "pin", "series", "file", "files", "initramfs", "lxc", "unit", "remove_unit", "daemon_reload", "enable",
-         "start", "runtime")
+# files and units before systemd reads them again, the runtime writes, then containers restarted into their config
+STEPS = ("cmdline", "pin", "series", "file", "files", "initramfs", "lxc", "lxc_cpuset", "unit", "remove_unit", "daemon_reload", "enable",
+         "start", "runtime", "lxc_restart")
 
 # keys the fix tasks do not act on: kept for a playbook that reads the finding (the kernel
 # series' packages already name its headers)
@@ -356,6 +391,8 @@ def kinds_of(fix: dict) -> list:
         out.append(Initramfs())
     if fix.get("lxc"):
         out.append(LxcRepair(tuple(fix["lxc"]), fix.get("lxc_devices") or {}, fix.get("lxc_dev_nodes")))
+    if fix.get("lxc_cpuset"):
+        out.append(LxcCpuset(tuple(fix["lxc_cpuset"])))
     if fix.get("unit"):
         out.append(BootUnit(fix["unit"]["name"], fix["unit"]["content"]))
     if fix.get("remove_unit"):
@@ -366,6 +403,8 @@ def kinds_of(fix: dict) -> list:
         out.append(UnitEnable(tuple(fix["enable"])))
     if fix.get("start"):
         out.append(UnitStart(tuple(fix["start"])))
+    if fix.get("restart"):
+        out.append(UnitStart(tuple(fix["restart"]), restart=True))
     for c in fix.get("runtime") or []:
         if c.get("persistence"):
             out.append(Persistence())
@@ -378,6 +417,8 @@ def kinds_of(fix: dict) -> list:
         else:
             out.append(RuntimeWrite(str(c["value"]), c.get("path"), c.get("glob"), bool(c.get("refused_ok")),
                                     bool(c.get("selected"))))
+    if fix.get("lxc_restart"):
+        out.append(LxcRestart(tuple(fix["lxc_restart"])))
     return out
 
 

@@ -24,8 +24,9 @@ CONTROL = Control(
             "`/var/backups/gpuhost`); never adds a `/dev/nvidiaN`, nor a `devN:` for a node the host lacks; restart "
             "the container"),
     facts=("lxc", "nvidia"),
-    params=(Param("gpuhost_lxc_restart", "bool", False, None,
-                  "Restart a container after its GPU passthrough config was fixed (else the finding says to)."),),
+    params=(Param("gpuhost_lxc_restart", "bool", False, "lxc_restart",
+                  "Restart a running container after gpuhost changed its config (GPU passthrough, CPU set); else "
+                  "the finding says to."),),
     role_tasks="lxc_restart.yml",
 )
 

@@ -11,11 +11,13 @@ def content_sha256(text: str | None) -> str:
     return "absent" if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def unit(name: str, description: str, commands: list[str], after: str = "sysinit.target") -> BootUnit:
-    """A oneshot unit that re-applies a runtime setting at every boot, started after *after*."""
+def unit(name: str, description: str, commands: list[str], after: str = "sysinit.target", before: str = "") -> BootUnit:
+    """A oneshot unit that re-applies a runtime setting at every boot, started after *after*
+    (and before *before*, where something must not start without it)."""
     execs = "".join(f"ExecStart={c}\n" for c in commands)
+    order = f"Before={before}\n" if before else ""
     content = (f"# Managed by gpuhost ({name}); re-applies a runtime setting the kernel forgets at boot.\n"
-               f"[Unit]\nDescription=gpuhost: {description}\nAfter={after}\n\n"
+               f"[Unit]\nDescription=gpuhost: {description}\nAfter={after}\n{order}\n"
                f"[Service]\nType=oneshot\nRemainAfterExit=yes\n{execs}\n[Install]\nWantedBy=multi-user.target\n")
     return BootUnit(name, content)
 

@@ -75,7 +75,7 @@ class Probe(BootProbe, CpuProbe, DevicesProbe, FabricProbe, PackagesProbe, Proxm
     def gather(self):
         facts = {}
         for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "vms", "block", "units", "apt", "zfs", "fabricmanager"):
+                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "uvm_boot", "vms", "block", "units", "apt", "zfs", "fabricmanager"):
             facts[name] = self.section(name, getattr(self, "probe_" + name))
         facts["errors"] = self.errors
         facts["is_root"] = os.geteuid() == 0

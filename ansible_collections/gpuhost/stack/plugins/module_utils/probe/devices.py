@@ -5,6 +5,7 @@ from __future__ import absolute_import, division, print_function
 
 import os
 import re
+import stat
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig import _hex, parse_config
 
@@ -91,8 +92,25 @@ class DevicesProbe:
         # the device nodes as the driver and nvidia-modprobe made them: a container's devN:
         # path must exist when it starts (pve-container refuses the start otherwise)
         nodes = sorted(self.rel(p) for p in self.glob("/dev/nvidia*") + self.glob("/dev/nvidia-caps/*"))
+        # the char major each nvidia-uvm node has (None: not a char device): a node made by
+        # hand before the module's major changed is as unusable as a missing one
+        node_majors = {}
+        for path in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
+            try:
+                st = os.stat(self.p(path))
+            except OSError:
+                continue
+            node_majors[path] = os.major(st.st_rdev) if stat.S_ISCHR(st.st_mode) else None
+        # which GPU each /dev/nvidiaN is: the driver's Device Minor of each GPU
+        minors = {}
+        for info in self.glob("/proc/driver/nvidia/gpus/*/information"):
+            m = re.search(r"^Device Minor:\s*(\d+)", self.read(self.rel(info)) or "", re.M)
+            if m:
+                minors[m.group(1)] = os.path.basename(os.path.dirname(info)).lower()
         out = {"module": module, "flavor": flavor, "majors": majors, "char_devices": char_devices, "smi": None,
-               "dev_nodes": nodes,
+               "dev_nodes": nodes, "node_majors": node_majors, "minors": minors,
+               "modprobe_tool": next((t for t in ("/usr/bin/nvidia-modprobe", "/usr/local/bin/nvidia-modprobe")
+                                      if os.path.exists(self.p(t))), None),
                "gpus": [], "userspace": None, "smi_error": None, "no_devices": False}
         if smi is None:
             return out
