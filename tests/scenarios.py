@@ -45,8 +45,8 @@ class Rendered:
         self.root, self.spec, self.machine, self.smi = root, spec, machine, smi
         self.unreadable: dict[str, str] = {}
 
-    def facts(self) -> dict:
-        facts = probe.Probe(str(self.root), run=self.run).gather()
+    def facts(self, cuda_paths=()) -> dict:
+        facts = probe.Probe(str(self.root), run=self.run, cuda_paths=cuda_paths).gather()
         for section, why in self.unreadable.items():
             # as the probe reports a section it could not read (Probe.section): None, and why
             facts[section] = None
@@ -54,7 +54,8 @@ class Rendered:
         return facts
 
     def judge(self, settings: dict | None = None, **more) -> dict[str, dict]:
-        return controls.evaluate(self.facts(), {**(settings or {}), **more})
+        settings = {**(settings or {}), **more}
+        return controls.evaluate(self.facts(settings.get("guest_cuda_paths") or ()), settings)
 
     def status(self, cid: str, **settings) -> str:
         return self.judge(controls=[cid], **settings)[cid]["status"]

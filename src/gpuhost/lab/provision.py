@@ -467,6 +467,39 @@ def provision_uvm_recipe(root: Path) -> None:
            'KERNEL=="nvidia_uvm", RUN+="/bin/bash -c \'/usr/bin/nvidia-modprobe -c0 -u && /bin/chmod 0666 /dev/nvidia-uvm*\'"\n')
 
 
+def lay_out_cuda_runtime(root: Path, rt) -> None:
+    """A CUDA runtime as its package lays it out: the toolkit's version.json (CUDA 11.1+: one
+    {name, version} per component) and targets/<arch>/lib/libcudart.so.X.Y.Z with its SONAME
+    link, /usr/local/cuda pointing at it (update-alternatives in NVIDIA's packages); torch's
+    generated torch/version.py; the nvidia-cuda-runtime-cuXX wheel's dist-info and library."""
+    full = rt.version if rt.version.count(".") == 2 else rt.version + ".0"
+    major = full.split(".")[0]
+    base = rt.path.lstrip("/")
+    if rt.what == "toolkit":
+        _write(root, f"{base}/version.json", json.dumps({
+            "cuda": {"name": "CUDA SDK", "version": full},
+            "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": full}}, indent=3) + "\n")
+        lib = root / base / "targets/x86_64-linux/lib"
+        _write(root, f"{base}/targets/x86_64-linux/lib/libcudart.so.{full}", b"\x7fELF cudart (gpuhost lab)\n")
+        if not (lib / f"libcudart.so.{major}").is_symlink():
+            (lib / f"libcudart.so.{major}").symlink_to(f"libcudart.so.{full}")
+        link = root / "usr/local/cuda"
+        if not link.is_symlink() and not link.exists():
+            link.symlink_to(rt.path.rsplit("/", 1)[1])
+    elif rt.what == "torch":
+        tag = "cu" + rt.version.replace(".", "")[:3]
+        _write(root, f"{base}/torch/version.py", (
+            "from typing import Optional\n\n"
+            "__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']\n"
+            f"__version__ = '{rt.torch}+{tag}'\ndebug = False\ncuda: Optional[str] = '{rt.version}'\n"
+            "git_version = '0000000000000000000000000000000000000000'\nhip: Optional[str] = None\n"
+            "xpu: Optional[str] = None\n"))
+    else:
+        info = f"{base}/nvidia_cuda_runtime_cu{major}-{full}.dist-info"
+        _write(root, f"{info}/METADATA", f"Metadata-Version: 2.1\nName: nvidia-cuda-runtime-cu{major}\nVersion: {full}\n")
+        _write(root, f"{base}/nvidia/cuda_runtime/lib/libcudart.so.{major}", b"\x7fELF cudart (gpuhost lab)\n")
+
+
 def build_initramfs(root: Path, spec: HostSpec) -> None:
     """Each kernel's initramfs on a ZFS root, built with the modprobe.d files the host was set
     up with (its spec's files included): what the zfs module reads at boot."""
@@ -568,3 +601,5 @@ def _provision_guest(root: Path, spec: GuestSpec) -> None:
     """A container has no kernel or boot loader of its own: beyond the common part, only
     what its OS ships."""
     sysctl_layout(root, spec)
+    for rt in spec.runtimes:
+        lay_out_cuda_runtime(root, rt)

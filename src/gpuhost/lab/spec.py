@@ -461,6 +461,23 @@ class HostSpec(_Strict):
         return next(d for d in self.pci if d.bdf == bdf)
 
 
+class CudaRuntime(_Strict):
+    """hostspec.md guest cuda_runtimes: a CUDA runtime on the guest's disk, laid out as its
+    package does: a toolkit (/usr/local/cuda-X.Y with version.json and libcudart), torch in a
+    site-packages directory (torch/version.py: cuda = 'X.Y'), or the nvidia-cuda-runtime wheel
+    there. Without *kind*, a site-packages path holds torch, any other a toolkit."""
+    path: str = Field(pattern=r"^/[A-Za-z0-9._/+-]+$")
+    version: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$")
+    kind: Optional[Literal["toolkit", "torch", "wheel"]] = None
+    torch: str = "2.7.0"                    # torch's own version, for kind torch
+
+    @property
+    def what(self) -> str:
+        if self.kind:
+            return self.kind
+        return "torch" if re.search(r"/(site|dist)-packages$", self.path) else "toolkit"
+
+
 class GuestSpec(_Strict):
     spec: Literal["gpuhost.hostspec/v1"]
     hostname: str
@@ -470,6 +487,16 @@ class GuestSpec(_Strict):
     os: Os
     nvidia: Optional[GuestNvidia] = None
     files: dict[str, str] = Field(default_factory=dict)
+    # None: one toolkit of nvidia.cuda_version, as a CUDA container image has it
+    cuda_runtimes: Optional[list[CudaRuntime]] = None
+
+    @property
+    def runtimes(self) -> list[CudaRuntime]:
+        if self.cuda_runtimes is not None:
+            return self.cuda_runtimes
+        if self.nvidia is None:
+            return []
+        return [CudaRuntime(path=f"/usr/local/cuda-{self.nvidia.cuda_version}", version=self.nvidia.cuda_version)]
 
     @model_validator(mode="after")
     def _cross(self) -> "GuestSpec":

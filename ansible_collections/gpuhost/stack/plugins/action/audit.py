@@ -121,7 +121,8 @@ class ActionModule(ActionBase):
                 # result, so the findings do not travel through the stats a second time
                 report = (not boolean(values.get("gpuhost_apply", True), strict=False)
                           and boolean(values.get("gpuhost_report_stats", True), strict=False))
-        probed = self._execute_module(module_name="gpuhost.stack.facts", module_args={}, task_vars=task_vars)
+        probed = self._execute_module(module_name="gpuhost.stack.facts", task_vars=task_vars,
+                                      module_args={"cuda_paths": list(settings.get("guest_cuda_paths") or [])})
         if probed.get("failed") or probed.get("unreachable"):
             return {**result, **probed}
         facts = plain((probed.get("ansible_facts") or {}).get("gpuhost") or {})

@@ -16,7 +16,13 @@ description:
     configs, block devices and gpuhost's own boot units.
   - Takes no action and supports check mode. Parts that cannot be read (for example PCI
     config space without root) are listed in C(gpuhost.errors) with the reason.
-options: {}
+options:
+  cuda_paths:
+    description: Python environments (or site-packages directories) to look for CUDA runtimes in, besides the
+      usual places (gpuhost_guest_cuda_paths).
+    type: list
+    elements: str
+    default: []
 author: gpuhost
 """
 
@@ -37,7 +43,8 @@ ansible_facts:
   contains:
     gpuhost:
       description: One key per section (os, container, cpu, cpufreq, cpuidle, numa, sysctl, boot,
-        iommu, pci, lockdown, nvidia, kernel_log, lxc, vms, block, units, apt, zfs, fabricmanager), plus errors
+        iommu, pci, lockdown, nvidia, kernel_log, lxc, uvm_boot, vms, block, units, apt, zfs, fabricmanager,
+        cuda), plus errors
         and is_root.
       type: dict
       sample:
@@ -51,13 +58,14 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.probe import Probe
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(cuda_paths=dict(type="list", elements="str", default=[])),
+                           supports_check_mode=True)
 
     def run(argv):
         rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
         return rc, out, err
 
-    facts = Probe("/", run=run).gather()
+    facts = Probe("/", run=run, cuda_paths=module.params["cuda_paths"]).gather()
     module.exit_json(changed=False, ansible_facts={"gpuhost": facts})
 
 

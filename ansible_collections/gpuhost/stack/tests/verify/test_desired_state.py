@@ -668,6 +668,54 @@ def test_lxc_cpuset(view: View):
             assert _cpus(effective.content_string) == cpus & online, f"{vmid}: runs on {effective.content_string.strip()}"
 
 
+# the oldest CUDA for a compute capability, and each CUDA's minimum Linux driver (CUDA
+# Toolkit release notes); CUDA N.x runs on any driver of N at or above its first
+CUDA_FOR_CC = {"7.5": (10, 0), "8.0": (11, 0), "8.6": (11, 1), "8.9": (11, 8), "9.0": (11, 8), "10.0": (12, 8),
+               "12.0": (12, 8)}
+MAJOR_DRIVER = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
+# the oracle's own look-up, run on the host: toolkits' version.json (version.txt before 11.1)
+# and torch's version.py in the usual environments
+FIND_CUDA = r"""
+import glob, json, os, re
+for d in glob.glob("/usr/local/cuda*"):
+    if os.path.islink(d):
+        continue
+    try:
+        j = json.load(open(d + "/version.json"))
+        print("rt", (j.get("cuda_cudart") or j["cuda"])["version"], d)
+    except (OSError, ValueError, KeyError):
+        m = re.search(r"CUDA Version ([0-9.]+)", open(d + "/version.txt").read()) if os.path.exists(d + "/version.txt") else None
+        if m:
+            print("rt", m.group(1), d)
+for pattern in ("/usr/lib/python3*/dist-packages", "/usr/local/lib/python3*/*-packages", "/opt/conda/lib/python3*/site-packages",
+                "/opt/conda/envs/*/lib/python3*/site-packages", "/opt/*/lib/python3*/site-packages",
+                "/opt/*/.venv/lib/python3*/site-packages", "/opt/*/venv/lib/python3*/site-packages",
+                "/srv/*/.venv/lib/python3*/site-packages", "/root/.venv/lib/python3*/site-packages"):
+    for site in glob.glob(pattern):
+        m = re.search(r"^cuda\b[^=]*=\s*'([0-9.]+)'", open(site + "/torch/version.py").read(), re.M) \
+            if os.path.exists(site + "/torch/version.py") else None
+        if m:
+            print("rt", m.group(1), site + "/torch")
+"""
+
+
+def test_guest_cuda(view: View):
+    found = [line.split(" ", 2) for line in view.host.run("python3 -c " + shlex.quote(FIND_CUDA)).stdout.splitlines()
+             if line.startswith("rt ")]
+    if not found:
+        view.skip("no CUDA runtime found")
+    smi = view.host.run("nvidia-smi --query-gpu=compute_cap,driver_version --format=csv,noheader 2>/dev/null")
+    rows = [[c.strip() for c in line.split(",")] for line in smi.stdout.splitlines() if "," in line]
+    if smi.rc != 0 or not rows:
+        view.skip("no NVIDIA driver or GPU visible here")
+    driver = tuple(int(x) for x in rows[0][1].split("."))
+    for _, version, where in found:
+        cuda = tuple(int(x) for x in version.split(".")[:2])
+        for cc, _ in rows:
+            assert cuda >= CUDA_FOR_CC.get(cc, (0, 0)), f"{where}: CUDA {version} for compute capability {cc}"
+        assert driver >= MAJOR_DRIVER.get(cuda[0], (0,)), f"{where}: CUDA {version} on driver {rows[0][1]}"
+
+
 def test_storage_scheduler(view: View):
     if not host_level(view):
         view.skip(CONTAINER)

@@ -16,6 +16,7 @@ import subprocess
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.boot import REFRESH_JOURNAL, BootProbe  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cpu import CpuProbe
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cuda import CudaProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.devices import DevicesProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.packages import PackagesProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.grubcfg import grub_default_kernel, grub_entry_ids, grub_menu, grubenv_values, version_key  # noqa: F401
@@ -35,11 +36,12 @@ __all__ = ["Probe", "REFRESH_JOURNAL", "GRUB_VARS", "ShellValueError", "read_she
            "OWNED_UNITS", "WATCHED_SYSCTLS"]
 
 
-class Probe(BootProbe, CpuProbe, DevicesProbe, FabricProbe, PackagesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe, ZfsProbe):
+class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe, ZfsProbe):
     """Reads under *root* ('/' on a real host; a directory tree in unit tests)."""
 
-    def __init__(self, root="/", run=None):
+    def __init__(self, root="/", run=None, cuda_paths=()):
         self.root = root.rstrip("/") or ""
+        self.extra_cuda_paths = tuple(cuda_paths or ())
         self.errors = {}
         self._run = run or _run
 
@@ -75,7 +77,7 @@ class Probe(BootProbe, CpuProbe, DevicesProbe, FabricProbe, PackagesProbe, Proxm
     def gather(self):
         facts = {}
         for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "uvm_boot", "vms", "block", "units", "apt", "zfs", "fabricmanager"):
+                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "uvm_boot", "vms", "block", "units", "apt", "zfs", "fabricmanager", "cuda"):
             facts[name] = self.section(name, getattr(self, "probe_" + name))
         facts["errors"] = self.errors
         facts["is_root"] = os.geteuid() == 0
