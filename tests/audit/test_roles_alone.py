@@ -38,7 +38,7 @@ def recap_changed(out: str) -> int:
     ("nvidia", {"nvidia.persistence"}),
     ("storage", {"storage.scheduler"}),
     ("cpu", {"cpu.driver", "cpu.cstates"}),
-    ("lxc", {"lxc.gpu_passthrough"}),
+    ("lxc", {"lxc.gpu_passthrough", "lxc.cpuset"}),
     ("kernel", {"kernel.version"}),
 ])
 def test_a_role_alone_fixes_its_controls_and_is_idempotent(make_lab, tmp_path, role, controls):

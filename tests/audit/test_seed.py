@@ -15,9 +15,10 @@ SEED_EXPECTED = {
     "kernel.version": "drift", "kernel.reboot_pending": "pass", "nvidia.driver": "pass",
     "nvidia.persistence": "drift", "nvidia.power_limit": "na", "nvidia.gpu_modes": "pass", "nvidia.p2p": "pass", "nvidia.fabricmanager": "na",
     "nvidia.driver_pinned": "na", "lxc.gpu_nodes": "pass", "lxc.gpu_passthrough": "drift", "lxc.cpuset": "drift",
-    "storage.scheduler": "drift", "storage.zfs_arc": "na", "health.gpu": "pass",
+    "storage.scheduler": "drift", "storage.zfs_arc": "na", "health.gpu": "pass", "guest.cuda": "na",
 }
-GUEST_EXPECTED = {c.id: "na" for c in CATALOG} | {"nvidia.driver": "pass"}
+# the model server's container: its NVIDIA userspace and its CUDA 12.8 runtime (llm-two's spec)
+GUEST_EXPECTED = {c.id: "na" for c in CATALOG} | {"nvidia.driver": "pass", "guest.cuda": "pass"}
 UNTOUCHED_DEVICES = ("0000:c2:00.0", "0000:02:00.0")     # the NIC and the NVMe
 
 
@@ -37,7 +38,7 @@ def test_seed_audit_reports_what_the_spec_says_and_writes_nothing(seed_lab, tmp_
     assert "container" in guest_na["message"] and "pve-gpu1" in guest_na["message"]
     r = run.report
     assert r["schema"] == "gpuhost.report/v1" and r["mode"] == "audit"
-    assert r["summary"] == {"hosts": 2, "pass": 13, "drift": 9, "manual": 0, "pending_reboot": 0, "na": 28,
+    assert r["summary"] == {"hosts": 2, "pass": 15, "drift": 10, "manual": 0, "pending_reboot": 0, "na": 31,
                             "waived": 0, "error": 0, "unreachable": 0}
     facts = r["hosts"]["pve-gpu1"]["facts"]
     assert facts["kernel"] == "6.8.12-4-pve" and facts["gpus"] == 8 and facts["cpu"] == "AMD EPYC 9335 32-Core Processor"
@@ -46,7 +47,7 @@ def test_seed_audit_reports_what_the_spec_says_and_writes_nothing(seed_lab, tmp_
     assert all(f["changed"] is False for h in r["hosts"].values() for f in h["findings"])
     # the other reports
     suites = ET.parse(junit).getroot()
-    assert suites.get("tests") == str(2 * len(CATALOG)) and suites.get("failures") == "9"
+    assert suites.get("tests") == str(2 * len(CATALOG)) and suites.get("failures") == "10"
     assert {c.get("name") for c in suites.iter("testcase")} == set(SEED_EXPECTED)
     page = html.read_text()
     assert page.startswith("<!doctype html>") and "pve-gpu1" in page and "MaxReadReq 512" in page
@@ -86,7 +87,8 @@ def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
     assert failing.returncode == 2, failing.stdout[-2000:]
     failed = {line.split("::")[1].split("[")[0] for line in failing.stdout.splitlines() if line.startswith("FAILED")}
     assert failed == {"test_cpu_driver", "test_cpu_cstates", "test_numa_balancing", "test_pcie_mrrs", "test_iommu_mode",
-                      "test_kernel_version", "test_nvidia_persistence", "test_lxc_gpu_passthrough", "test_storage_scheduler"}
+                      "test_kernel_version", "test_nvidia_persistence", "test_lxc_gpu_passthrough", "test_lxc_cpuset",
+                      "test_storage_scheduler"}
     assert all("pve-gpu1" in line for line in failing.stdout.splitlines() if line.startswith("FAILED")), \
         "the container passes"
     before = lab.snapshot("pve-gpu1")
@@ -102,7 +104,7 @@ def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
     assert lab.status("pve-gpu1")["boot_id"] != boot_id, "the host was rebooted"
     assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
     passing = verify("-i", str(lab.inventory))
-    assert passing.returncode == 0 and "22 passed, 28 skipped" in passing.stdout, passing.stdout[-3000:]
+    assert passing.returncode == 0 and "25 passed, 31 skipped" in passing.stdout, passing.stdout[-3000:]
     assert "llm-two: a host-level control: this is a container; verify its host" in passing.stdout
     # what the fix must leave alone
     after = lab.snapshot("pve-gpu1")

@@ -48,6 +48,17 @@ def cpulist(cpus) -> str:
     return ",".join(out)
 
 
+def spread(cpus: str, topo: dict) -> str:
+    """A CPU set said by where it is: "96 CPUs, 49 on node 0 and 47 on node 1" (the list itself
+    is long and different at every start)."""
+    have = set(parse_cpulist(cpus))
+    nodes = sorted((int(k), len(have & set(parse_cpulist(v)))) for k, v in (topo.get("nodes") or {}).items())
+    parts = [f"{n} on node {k}" for k, n in nodes if n]
+    if len(parts) < 2 and len(have) <= 8:
+        return cpus
+    return f"{len(have)} CPUs, " + " and ".join(parts)
+
+
 def gpu_nodes(pt: lxcconf.Passthrough, nv: dict, pci: dict) -> tuple[dict[int, int], list[str]]:
     """{NUMA node: how many of the container's GPUs are on it}, and what is unknown: each
     /dev/nvidiaN is the GPU whose Device Minor is N (/proc/driver/nvidia/gpus/*/information)."""
@@ -129,7 +140,7 @@ def judge(h: Host) -> Finding:
         if cores is None or cores >= len(online):
             good.append(f"{vmid}: every CPU (no cores limit below the host's {len(online)})")
             continue
-        now = f", now {running[vmid]}" if vmid in running else ""
+        now = f", now {spread(running[vmid], topo)}" if vmid in running else ""
         if not pt.gpu_nodes:
             manual.append(f"{vmid}: cores: {cores} picks CPUs at random{now}; it is given no /dev/nvidiaN, so which "
                           "NUMA nodes its GPUs are on is unknown: set lxc.cgroup2.cpuset.cpus yourself")

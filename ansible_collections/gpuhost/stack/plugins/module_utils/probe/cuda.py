@@ -56,7 +56,7 @@ class CudaProbe:
             except ValueError:
                 pass
             if version is None:
-                m = re.search(r"CUDA Version (\d+\.\d+)", self.read(rel + "/version.txt") or "")
+                m = re.search(r"CUDA Version (\d+\.\d+(?:\.\d+)?)", self.read(rel + "/version.txt") or "")
                 version = m.group(1) if m else None
             if version:
                 runtimes.append({"kind": "toolkit", "where": rel, "version": _version(version), "full": version})
