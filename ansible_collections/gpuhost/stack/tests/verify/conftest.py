@@ -52,9 +52,20 @@ class View:
         return value
 
 
+# one View a host for the whole run: what it reads (is it a container, its command line,
+# Proxmox, its GPUs) does not change while verify runs, and every read is an SSH round trip
+_VIEWS: dict[str, View] = {}
+
+
 @pytest.fixture
 def view(host):
-    return View(host)
+    backend = host.backend
+    name = str(getattr(backend, "host", None) or backend.get_hostname())
+    if name not in _VIEWS:
+        _VIEWS[name] = View(host)
+    cached = _VIEWS[name]
+    cached.host = host          # this test's connection; the facts read once stay
+    return cached
 
 
 def host_level(view: View) -> bool:
