@@ -72,6 +72,7 @@ bench: system-deps install
 	$(BIN)/python benchmarks/lab_bringup.py
 	$(BIN)/python benchmarks/audit_vs_setup.py
 	$(BIN)/python benchmarks/fleet_audit.py
+	$(BIN)/python benchmarks/guest_cuda.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -98,6 +98,18 @@ class Rendered:
                     fixed = lxcconf.with_cpuset(target.read_text(), c["cpus"])
                     assert fixed is not None, f"{c['path']} names another CPU set"
                     target.write_text(fixed)
+            elif isinstance(kind, fixes.BootUnit):
+                # gpuhost.stack.file with wanted_by: the unit, and its link in multi-user.target.wants
+                self.write(f"/etc/systemd/system/{kind.name}", kind.content)
+                link = self.root / "etc/systemd/system/multi-user.target.wants" / kind.name
+                link.parent.mkdir(parents=True, exist_ok=True)
+                if not link.is_symlink():
+                    link.symlink_to(f"/etc/systemd/system/{kind.name}")
+            elif isinstance(kind, fixes.DaemonReload):
+                pass                        # systemd reads units again: the model reads the disk at each boot
+            elif isinstance(kind, fixes.UnitStart) and kind.restart:
+                for name in kind.names:     # a oneshot of gpuhost's run now: the commands the lab's shims model
+                    self._run_unit(name)
             elif isinstance(kind, fixes.LxcRestart):
                 for vmid in kind.vmids:     # pct reboot: the container starts again, as PVE reads its config
                     conf = self.root / f"etc/pve/lxc/{vmid}.conf"
@@ -108,6 +120,22 @@ class Rendered:
             done += kind.plan() if hasattr(kind, "plan") else [type(kind).__name__]
         lay_out_kernel_files(self.root, self.machine)
         return done
+
+    def _run_unit(self, name: str) -> None:
+        """A unit's ExecStart lines as the lab's systemctl runs them, for the commands the
+        harness models: nvidia-modprobe -u loads nvidia-uvm and, with -c, makes its nodes
+        (the lab's nvidia-modprobe shim tells the kernel model the same); any other is an error."""
+        from gpuhost.lab.kernel import _runs_uvm_modprobe
+        text = (self.root / "etc/systemd/system" / name).read_text()
+        for line in text.splitlines():
+            if not line.startswith("ExecStart="):
+                continue
+            command = line.split("=", 1)[1]
+            if not _runs_uvm_modprobe(command):
+                raise ValueError(f"{name}: the harness does not model {command!r}")
+            self.machine._write_uvm(b"loaded")
+            if " -c" in f" {command}":
+                self.machine._write_uvm(b"nodes")
 
     def reboot(self) -> None:
         """The next boot: the kernel model boots from the disk as it is now."""

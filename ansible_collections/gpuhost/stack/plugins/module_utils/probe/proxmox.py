@@ -36,13 +36,17 @@ class ProxmoxProbe:
             if vmid.isdigit():
                 confs[vmid] = self.read(self.rel(path))
         # a running container's CPU set as its cgroup has it (pve-container: lxc/<vmid> under
-        # the cgroup2 root, /sys/fs/cgroup on a pure cgroup v2 host, /sys/fs/cgroup/unified on hybrid)
+        # the cgroup2 root, /sys/fs/cgroup on a pure cgroup v2 host, /sys/fs/cgroup/unified on
+        # hybrid): the set written there (LXC writes the config's raw key, pvestatd its own
+        # choice), else, where none is written, the one it inherits (cgroup-v2.rst: an empty
+        # cpuset.cpus uses the parent's)
         cpusets = {}
         for vmid in confs:
             for base in ("/sys/fs/cgroup/lxc/", "/sys/fs/cgroup/unified/lxc/"):
+                written = self.read1(base + vmid + "/cpuset.cpus")
                 effective = self.read1(base + vmid + "/cpuset.cpus.effective")
-                if effective is not None:
-                    cpusets[vmid] = effective
+                if written or effective is not None:
+                    cpusets[vmid] = written or effective
                     break
         return {"configs": confs, "cpusets": cpusets, "topology": self.cpu_topology() if confs else None}
 
