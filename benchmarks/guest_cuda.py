@@ -13,6 +13,7 @@ the report). Medians.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -43,10 +44,15 @@ def main() -> None:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
     with tempfile.TemporaryDirectory(prefix="gpuhost-bench-") as tmp:
         tmp = Path(tmp)
+        # the seed host with a second container like 129, whose guest has the environments
+        host = yaml.safe_load((SHARED / "pve-gpu1.yml").read_text())
+        ct = next(c for c in host["lxc"] if c["vmid"] == 129)
+        host["lxc"].append({"vmid": 131, "config": ct["config"].replace("hostname: llm-two", "hostname: llm-envs")})
+        (tmp / "pve-gpu1.yml").write_text(yaml.safe_dump(host))
         guest = yaml.safe_load((SHARED / "llm-two.yml").read_text())
         guest.update(hostname="llm-envs", lxc_vmid=131, cuda_runtimes=ENVS)
         (tmp / "llm-envs.yml").write_text(yaml.safe_dump(guest))
-        inventory = manager.up([str(SHARED / "pve-gpu1.yml"), str(SHARED / "llm-two.yml"), str(tmp / "llm-envs.yml")],
+        inventory = manager.up([str(tmp / "pve-gpu1.yml"), str(SHARED / "llm-two.yml"), str(tmp / "llm-envs.yml")],
                                tmp / "lab")
         try:
             play = tmp / "setup.yml"
@@ -60,6 +66,10 @@ def main() -> None:
             for _ in range(args.runs):
                 for name, argv in commands.items():
                     times[name].append(timed(argv, env, (0, 2)))
+            # what the look-ups found: the judgement of the container with the environments
+            timed(commands["llm-envs"][:-1] + [str(tmp / "envs.json")], env, (0, 2))
+            found = json.loads((tmp / "envs.json").read_text())["hosts"]["llm-envs"]["findings"]
+            cuda = next(f for f in found if f["control"] == "guest.cuda")
         finally:
             manager.down(tmp / "lab")
     m = {k: statistics.median(v) for k, v in times.items()}
@@ -67,6 +77,7 @@ def main() -> None:
     print(f"  audit of llm-envs (a toolkit, 3 Python envs)  {m['llm-envs']:6.2f} s")
     print(f"  audit of llm-two (a toolkit)                  {m['llm-two']:6.2f} s")
     print(f"  ansible-playbook setup (min) on llm-envs      {m['setup']:6.2f} s")
+    print(f"  guest.cuda on llm-envs: {cuda['status']}: {cuda['message']}")
     print(f"  the three environments cost                   {m['llm-envs'] - m['llm-two']:+6.2f} s; "
           f"ratio to setup {m['llm-envs'] / m['setup']:.2f}")
 
