@@ -513,24 +513,22 @@ def _start_order(root: Path, units: list[tuple[str, Path]]) -> list[tuple[str, P
 UDEV_DIRS = ("etc/udev/rules.d", "lib/udev/rules.d", "usr/lib/udev/rules.d")
 
 
+def udev_rules(root: Path) -> list[tuple[str, str]]:
+    """Every udev rule, as udev reads the rules files (a name in /etc shadowing the same name
+    in /lib, continued lines joined, comments left out): (the file, the rule)."""
+    out = []
+    for name, rel in shimlib.conf_files(str(root), UDEV_DIRS, ".rules").items():
+        for line in (root / rel).read_text(errors="replace").replace("\\\n", " ").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                out.append(("/" + rel, line))
+    return out
+
+
 def udev_wanted_units(root: Path) -> list[str]:
     """Units an NVIDIA udev rule starts when the driver binds (ENV{SYSTEMD_WANTS}=, as
     Ubuntu's 71-nvidia.rules starts nvidia-persistenced)."""
-    names: list[str] = []
-    seen: set[str] = set()
-    for d in UDEV_DIRS:
-        directory = root / d
-        if not directory.is_dir():
-            continue
-        for rules in sorted(directory.glob("*.rules")):
-            if rules.name in seen:
-                continue
-            seen.add(rules.name)
-            for line in rules.read_text(errors="replace").splitlines():
-                if line.lstrip().startswith("#") or "nvidia" not in line:
-                    continue
-                names += re.findall(r'SYSTEMD_WANTS\}\+?="([^"]+)"', line)
-    return names
+    return [name for _, rule in udev_rules(root) if "nvidia" in rule
+            for name in re.findall(r'SYSTEMD_WANTS\}\+?="([^"]+)"', rule)]
 
 
 def _runs_uvm_modprobe(command: str) -> bool:
@@ -546,23 +544,13 @@ def udev_uvm_rules(root: Path) -> list[tuple[str, bool]]:
     load, KERNEL=="nvidia_uvm" as the Proxmox forum's 70-nvidia.rules has it, or fires when the
     driver binds a GPU, as a distribution's 60-nvidia.rules does)."""
     found: list[tuple[str, bool]] = []
-    seen: set[str] = set()
-    for d in UDEV_DIRS:
-        directory = root / d
-        if not directory.is_dir():
-            continue
-        for rules in sorted(directory.glob("*.rules")):
-            if rules.name in seen:
-                continue
-            seen.add(rules.name)
-            for line in rules.read_text(errors="replace").replace("\\\n", " ").splitlines():
-                if not line.lstrip().startswith("#") and any(_runs_uvm_modprobe(r) for r in re.findall(r'RUN\+?="([^"]*)"', line)):
-                    found.append((f"/{d}/{rules.name}", bool(re.search(r'(KERNEL|DEVPATH)=="[^"]*nvidia[_-]uvm', line))))
-                    break
+    for path, rule in udev_rules(root):
+        if path not in {f for f, _ in found} and any(_runs_uvm_modprobe(r) for r in re.findall(r'RUN\+?="([^"]*)"', rule)):
+            found.append((path, bool(re.search(r'(KERNEL|DEVPATH)=="[^"]*nvidia[_-]uvm', rule))))
     return found
 
 
-def container_requests(spec: HostSpec, root: Path) -> dict[int, str]:
+def container_requests(spec: HostSpec, root: Path) -> dict[int, dict]:
     """The containers pve-guests.service starts at boot (the spec's running ones), each with
     what its config on the disk now asks of its CPU set (shimlib.cpuset_request) and the
     device nodes its devN: lines need (the machine starts it only where they all exist)."""

@@ -270,18 +270,25 @@ MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d",
 INITRAMFS_MODPROBE = "# modprobe.d in this image:\n"
 
 
-def modprobe_files(root: str = "/") -> dict:
-    """The host's modprobe.d files as modprobe reads them: name -> text, by name."""
+def conf_files(root: str, dirs: tuple, suffix: str = ".conf") -> dict:
+    """Configuration files as modprobe.d(5), modules-load.d(5) and udev read them: *suffix*
+    files across *dirs* (relative to *root*), a name in an earlier directory shadowing the same
+    name in a later one; name -> its path relative to *root*, in name order."""
     found = {}
-    for d in MODPROBE_DIRS:
+    for d in dirs:
         try:
             names = sorted(os.listdir(os.path.join(root, d)))
         except OSError:
             continue
         for name in names:
-            if name.endswith(".conf"):
-                found.setdefault(name, os.path.join(root, d, name))
-    return {name: read(found[name], "") or "" for name in sorted(found)}
+            if name.endswith(suffix):
+                found.setdefault(name, d + "/" + name)
+    return {name: found[name] for name in sorted(found)}
+
+
+def modprobe_files(root: str = "/") -> dict:
+    """The host's modprobe.d files as modprobe reads them: name -> text, by name."""
+    return {name: read(os.path.join(root, rel), "") or "" for name, rel in conf_files(root, MODPROBE_DIRS).items()}
 
 
 def modprobe_options(files: dict, module: str) -> dict:
@@ -308,17 +315,9 @@ MODULES_LOAD_DIRS = ("etc/modules-load.d", "run/modules-load.d", "usr/local/lib/
 def modules_load(root: str = "/") -> dict:
     """The modules systemd-modules-load loads at boot: name (dashes as underscores, as kmod's
     alias_normalize makes them) -> the file that names it."""
-    found = {}
-    for d in MODULES_LOAD_DIRS:
-        try:
-            names = sorted(os.listdir(os.path.join(root, d)))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".conf"):
-                found.setdefault(name, d + "/" + name)
+    found = conf_files(root, MODULES_LOAD_DIRS)
     out = {}
-    for name in sorted(found):
+    for name in found:
         path = os.path.join(root, found[name])
         if os.path.islink(path) and os.readlink(path).startswith("/"):
             path = os.path.join(root, os.readlink(path).lstrip("/"))     # inside *root*, never the machine's
