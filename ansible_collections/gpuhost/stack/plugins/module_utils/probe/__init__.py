@@ -63,6 +63,16 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
     def glob(self, pattern):
         return sorted(glob.glob(self.p(pattern)))
 
+    def conf_files(self, dirs, pattern="*.conf"):
+        """Configuration files as sysctl.d(5), modprobe.d(5), modules-load.d(5) and udev read
+        them: by file name across *dirs*, a name in an earlier directory shadowing the same name
+        in a later one; [(name, path relative to the root)] in name order."""
+        found = {}
+        for d in dirs:
+            for path in self.glob(d + "/" + pattern):
+                found.setdefault(os.path.basename(path), self.rel(path))
+        return [(name, found[name]) for name in sorted(found)]
+
     def rel(self, path):
         return path[len(self.root):] if self.root and path.startswith(self.root) else path
 

@@ -12,6 +12,7 @@ __metaclass__ = type
 
 # modules-load.d(5): *.conf by name across these directories, an earlier one's shadowing a
 # later one's of the same name (Debian links /etc/modules-load.d/modules.conf to ../modules)
+UDEV_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
 MODULES_LOAD_DIRS = ("/etc/modules-load.d", "/run/modules-load.d", "/usr/local/lib/modules-load.d",
                      "/lib/modules-load.d", "/usr/lib/modules-load.d")
 
@@ -77,29 +78,21 @@ class ProxmoxProbe:
         if not os.path.isdir(self.p("/etc/pve/lxc")):
             return None
         modules = {}
-        found = {}
-        for d in MODULES_LOAD_DIRS:
-            for path in self.glob(d + "/*.conf"):
-                found.setdefault(os.path.basename(path), path)
-        for name in sorted(found):
-            for line in (self.read(self.rel(found[name])) or "").splitlines():
+        for _, path in self.conf_files(MODULES_LOAD_DIRS):
+            for line in (self.read(path) or "").splitlines():
                 word = line.strip()
                 if word and word[0] not in "#;":
                     # the whole line names the module (modules-load.c); kmod reads - as _
-                    modules.setdefault(word.replace("-", "_"), self.rel(found[name]))
-        rules, seen = [], set()
-        for d in ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d"):
-            for path in self.glob(d + "/*.rules"):
-                if os.path.basename(path) in seen:
-                    continue
-                seen.add(os.path.basename(path))
-                for line in (self.read(self.rel(path)) or "").replace("\\\n", " ").splitlines():
-                    if not line.lstrip().startswith("#") and any(
-                            runs_uvm_modprobe(cmd) for cmd in re.findall(r'RUN\+?="([^"]*)"', line)):
-                        # a rule on KERNEL=="nvidia_uvm" fires only once something loads the module
-                        rules.append({"path": self.rel(path), "waits_for_uvm": bool(
-                            re.search(r'(KERNEL|DEVPATH)=="[^"]*nvidia[_-]uvm', line))})
-                        break
+                    modules.setdefault(word.replace("-", "_"), path)
+        rules = []
+        for _, path in self.conf_files(UDEV_DIRS, "*.rules"):
+            for line in (self.read(path) or "").replace("\\\n", " ").splitlines():
+                if not line.lstrip().startswith("#") and any(
+                        runs_uvm_modprobe(cmd) for cmd in re.findall(r'RUN\+?="([^"]*)"', line)):
+                    # a rule on KERNEL=="nvidia_uvm" fires only once something loads the module
+                    rules.append({"path": path, "waits_for_uvm": bool(
+                        re.search(r'(KERNEL|DEVPATH)=="[^"]*nvidia[_-]uvm', line))})
+                    break
         units = []
         for link in self.glob("/etc/systemd/system/*.target.wants/*.service"):
             name = os.path.basename(link)

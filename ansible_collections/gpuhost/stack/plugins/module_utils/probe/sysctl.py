@@ -24,18 +24,13 @@ class SysctlProbe:
         live = {}
         for key in WATCHED_SYSCTLS:
             live[key] = self.read1("/proc/sys/" + key.replace(".", "/"))
-        files = {}
-        for d in SYSCTL_DIRS:
-            for path in self.glob(d + "/*.conf"):
-                files.setdefault(os.path.basename(path), path)   # /etc wins over /usr/lib
         # systemd-sysctl never reads /etc/sysctl.conf itself (src/sysctl/sysctl.c): Debian <= 12
         # and Ubuntu reach it through the /etc/sysctl.d/99-sysctl.conf link their systemd ships,
         # Debian 13 (PVE 9) has no link, and then the file does nothing at boot
-        ordered = [(n, files[n]) for n in sorted(files)]
+        ordered = self.conf_files(SYSCTL_DIRS)          # /etc wins over /usr/lib
         persisted, sources, assignments, contents = {}, {}, [], {}
-        for name, path in ordered:
-            rel = self.rel(path)
-            real = self.rel(os.path.realpath(path))
+        for name, rel in ordered:
+            real = self.rel(os.path.realpath(self.p(rel)))
             text = self.read(rel) or ""
             for n, line in enumerate(text.splitlines(), 1):
                 line = line.strip()
@@ -51,7 +46,7 @@ class SysctlProbe:
                     contents[real] = text
         # what /etc/sysctl.conf sets that no boot applies (no 99-sysctl.conf link: Debian 13)
         unapplied = []
-        if "99-sysctl.conf" not in files:
+        if "99-sysctl.conf" not in dict(ordered):
             for line in (self.read("/etc/sysctl.conf") or "").splitlines():
                 m = re.match(r"^\s*-?\s*([\w./-]+)\s*=\s*(.*)$", line)
                 if m and not line.lstrip().startswith(("#", ";")) and m.group(1).replace("/", ".") in WATCHED_SYSCTLS:

@@ -55,13 +55,8 @@ class ZfsProbe:
                     # the limits in effect: a zfs_arc_max at or below the ARC's minimum is ignored
                     "c_max": stat.get("c_max"), "c_min": stat.get("c_min"),
                     "version": self.read1("/sys/module/zfs/version")})
-        files = {}
-        for d in MODPROBE_DIRS:
-            for path in self.glob(d + "/*.conf"):
-                files.setdefault(os.path.basename(path), path)
         setting, where, arc_min_setting = None, None, None
-        for name in sorted(files):
-            rel = self.rel(files[name])
+        for name, rel in self.conf_files(MODPROBE_DIRS):
             for key, value, line, last in options_in(self.read(rel) or "", "zfs"):
                 if key == "zfs_arc_max":
                     setting, where = value, {"path": rel, "line": line, "continued": last != line}
