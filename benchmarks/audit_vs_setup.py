@@ -20,10 +20,14 @@ import time
 from pathlib import Path
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
+from gpuhost import COLLECTION
 from gpuhost.lab import manager
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT.parent / "shared/hosts/pve-gpu1.yml"
+# gpuhost's own settings (forks, pipelining, SSH multiplexing) for both commands: the CLI
+# merges it under the operator's file, and setup's play reads it directly
+CONFIG = COLLECTION / "ansible.cfg"
 SETUP_PLAY = """- hosts: all
   gather_facts: false
   tasks:
@@ -72,7 +76,7 @@ def lab_audit_and_setup(specs: list[str], tmp: Path, runs: int, limit: list[str]
                         audit_ok: tuple[int, ...]) -> tuple[list[float], list[float]]:
     """Bring up a lab of *specs* under *tmp*, time both commands in it, take it down."""
     bindir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(CONFIG), PATH=f"{bindir}:{os.environ['PATH']}")
     inventory = manager.up(specs, tmp / "lab")
     try:
         return audit_and_setup(inventory, tmp, env, runs, limit, audit_ok)

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from audit_vs_setup import ROOT, SEED, SETUP_PLAY, timed, timed_with_cpu  # noqa: E402
+from audit_vs_setup import CONFIG, SEED, SETUP_PLAY, timed, timed_with_cpu  # noqa: E402
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG  # noqa: E402
 from gpuhost.lab import manager  # noqa: E402
@@ -34,7 +34,7 @@ def fleet(hosts: int, runs: int, tmp: Path) -> dict[str, tuple[float, float]]:
         (tmp / f"h{i}.yml").write_text(yaml.safe_dump(data))
         specs.append(str(tmp / f"h{i}.yml"))
     bindir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(CONFIG), PATH=f"{bindir}:{os.environ['PATH']}")
     inventory = manager.up(specs, tmp / "lab")
     try:
         (tmp / "setup.yml").write_text(SETUP_PLAY)

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_vs_setup import SETUP_PLAY, timed  # noqa: E402
+from audit_vs_setup import CONFIG, SETUP_PLAY, timed  # noqa: E402
 from gpuhost.lab import manager  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     bindir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{bindir}:{os.environ['PATH']}")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(CONFIG), PATH=f"{bindir}:{os.environ['PATH']}")
     with tempfile.TemporaryDirectory(prefix="gpuhost-bench-") as tmp:
         tmp = Path(tmp)
         # the seed host with a second container like 129, whose guest has the environments

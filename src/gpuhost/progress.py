@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import report as rep
-from .runner import CHECK_TASK, LOCK_TASK
+from .runner import CHECK_TASK, LOCK_TASK, TRY_LOCK_TASK
 
 
 def shown(value) -> str:
@@ -32,6 +32,9 @@ class Progress:
         self.done_task = done_task          # the task whose result is a host's report
         self.hosts: dict[str, str] = {}
         self.live: Live | None = None
+        # a host's lock was busy when the run tried them all: only then does the run wait
+        # (the waiting task starts, and is skipped, on every fix)
+        self.contended = False
 
     def __enter__(self):
         if self.console.is_terminal:
@@ -59,7 +62,7 @@ class Progress:
         task = shown(task)          # its name holds inventory values ({{ gpuhost_control }})
         if kind == "runner_on_start":
             self.hosts[host] = task
-            if task == LOCK_TASK:
+            if task == LOCK_TASK and self.contended:
                 line = "waiting for another run's lock (hosts are taken in name order)"
         elif kind == "runner_on_unreachable":
             self.hosts[host] = "[red]unreachable[/]"
@@ -67,6 +70,8 @@ class Progress:
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             self.hosts[host] = f"[red]failed: {task}[/]"
             line = self.hosts[host]
+        elif kind == "runner_on_ok" and task == TRY_LOCK_TASK and (data.get("res") or {}).get("busy"):
+            self.contended = True
         elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
             line = f"changed: {task}"
         elif kind == "runner_on_ok" and (task == self.done_task or (data.get("res") or {}).get("ansible_stats")):

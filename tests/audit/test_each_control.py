@@ -5,12 +5,13 @@ fix changes nothing (not a byte of the host's disk), and after a reboot it still
 The seed host starts with ten of them in drift: nine fixed here in three cycles of unrelated
 controls (a cycle of several still checks each one, and that nothing outside it moved), and
 lxc.cpuset, whose fix waits for a container restart (the seed's full fix reboots the host, and
-its own cycle is the container host's below). The Intel/GRUB host brings cpu.governor, the
-switch host pcie.acs, the seed with its GPUs' power data nvidia.power_limit, the GeForce pair
-nvidia.gpu_modes, the HGX H100 host nvidia.fabricmanager, and a Proxmox host whose container
-cannot start at boot (nothing makes /dev/nvidia-uvm) lxc.gpu_nodes with lxc.cpuset.
+its own cycle is the container host's below). The switch host brings pcie.acs, the seed with
+its GPUs' power data nvidia.power_limit, the GeForce pair nvidia.gpu_modes, the HGX H100 host
+nvidia.fabricmanager, and a Proxmox host whose container cannot start at boot (nothing makes
+/dev/nvidia-uvm) lxc.gpu_nodes with lxc.cpuset.
 (storage.zfs_arc's cycle runs at unit speed: the lab cannot show /proc/spl, as procfs takes
-no directory that its kernel did not make.)
+no directory that its kernel did not make. cpu.governor's cycle on the Intel/GRUB host is
+test_paths' full cycle of that host, which finds, fixes, re-fixes, boots and audits it.)
 """
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from conftest import SEED_HOST, SPECS, gpuhost
 SEED_DRIFT = ("cpu.driver,iommu.mode", "kernel.version",
               "cpu.cstates,numa.balancing,pcie.mrrs,nvidia.persistence,lxc.gpu_passthrough,storage.scheduler")
 CASES = [(SEED_HOST, "pve-gpu1", c) for c in SEED_DRIFT] + [
-    (SPECS / "intel-grub.yml", "intel-grub", "cpu.governor"),
     (SPECS / "switch-host.yml", "switch-host", "pcie.acs"),
     (SPECS / "pve-gpu1-power.yml", "pve-gpu1-power", "nvidia.power_limit"),
     (SPECS / "geforce-pair.yml", "geforce-pair", "nvidia.gpu_modes"),

@@ -1,15 +1,20 @@
 """The README works verbatim: in a fresh clone, `make audit` (the first of its two commands)
 installs and audits this machine, and the quick start's lines, run exactly as written, end
-as their comments say. Offline: pip installs from the wheels `make install` kept."""
+as their comments say. Offline: pip installs from the wheels `make install` kept.
+
+The quick start brings up the seed host and its container and fixes them: the seed's whole
+fix is checked around its lines (test_seed.SeedFix), so the seed is converged once for both."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, LabHandle
+from test_seed import SeedFix
 
 WHEELHOUSE = Path(sys.executable).parents[1] / "wheelhouse"
 
@@ -22,7 +27,7 @@ def block(readme: str, heading: str) -> list[str]:
     return [line for line in code.group(1).splitlines() if line.strip()]
 
 
-def test_the_readme_two_commands_and_quick_start_work_verbatim_in_a_fresh_clone(tmp_path):
+def test_the_readme_two_commands_and_quick_start_work_verbatim_and_fix_the_seed(tmp_path):
     readme = (ROOT / "README.md").read_text()
     two = block(readme, "Two commands")
     assert [line.split("#")[0].strip() for line in two] == ["make audit", "make test"]
@@ -47,8 +52,12 @@ def test_the_readme_two_commands_and_quick_start_work_verbatim_in_a_fresh_clone(
     assert (clone / "gpuhost-report.json").is_file()
     # the quick start, line by line, each as its comment says
     quick = block(readme, "Trying it on the seed host in a minute")
+    seed = None
     try:
         for line in quick:
+            command = line.split("#", 1)[0].split()[1:3]      # ["lab", "up"], ["fix", "-i"] ...
+            if command == ["lab", "down"]:
+                seed.kept()             # before the lab goes: a second fix, a reboot
             run = sh(line)
             said = line.split("#", 1)[1] if "#" in line else ""
             code = re.search(r"exit (\d)", said)
@@ -61,5 +70,12 @@ def test_the_readme_two_commands_and_quick_start_work_verbatim_in_a_fresh_clone(
                 assert f"{words.get(m.group(1), m.group(1))} drift" in run.stdout, run.stdout[-2000:]
             if "--html" in line:
                 assert (clone / line.split("--html")[1].split()[0]).is_file()
+            if command == ["lab", "up"]:
+                seed = SeedFix(LabHandle(clone / ".lab", clone / ".lab/inventory.yml"))
+            elif command[0] == "fix":
+                seed.fixed(json.loads((clone / "gpuhost-report.json").read_text()))
+            elif command[0] == "verify":
+                seed.verified(run.stdout)
+        assert seed is not None, "the quick start brings up the seed"
     finally:
         sh(".venv/bin/gpuhost lab down --dir .lab", timeout=120)

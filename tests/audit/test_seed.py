@@ -1,11 +1,12 @@
 """The seed host end to end: the audit reports exactly what its spec's comments say, the
-fix (with reboots) ends with every control passing, and a second fix changes nothing."""
+fix (with reboots) ends with every control passing, and a second fix changes nothing (the
+whole fix is checked by SeedFix, around the README's quick start in test_readme)."""
 from __future__ import annotations
 
+import subprocess
 from xml.etree import ElementTree as ET
 
-
-from conftest import gpuhost
+from conftest import GpuhostRun, gpuhost
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
 
 SEED_EXPECTED = {
@@ -76,58 +77,71 @@ def test_audit_preview_shows_the_fix_in_check_mode_and_still_writes_nothing(seed
     assert "-0000:01:00.0 CAP_EXP+8.w: 283f" in run.stdout and "+0000:01:00.0 CAP_EXP+8.w: 583f" in run.stdout
 
 
-def test_seed_fix_reboots_and_ends_with_every_control_passing(make_lab):
-    from conftest import SEED_GUEST, SEED_HOST
+class SeedFix:
+    """The seed's whole fix, checked around the README's quick start (test_readme runs its
+    lines verbatim on the seed host and its container, and calls these between them, so the
+    seed is converged once for both): gpuhost verify (testinfra, its own reads) disagrees
+    with the broken seed on the host only; the fix reboots it and ends with every control
+    passing; nothing it must leave alone moves; a second fix changes nothing; a reboot keeps
+    every fix."""
 
-    from test_verify import verify
+    def __init__(self, lab):
+        from test_verify import verify
 
-    lab = make_lab(SEED_HOST, SEED_GUEST)
-    # gpuhost verify (testinfra, its own reads) disagrees with the broken seed, on the host only
-    failing = verify("-i", str(lab.inventory))
-    assert failing.returncode == 2, failing.stdout[-2000:]
-    failed = {line.split("::")[1].split("[")[0] for line in failing.stdout.splitlines() if line.startswith("FAILED")}
-    assert failed == {"test_cpu_driver", "test_cpu_cstates", "test_numa_balancing", "test_pcie_mrrs", "test_iommu_mode",
-                      "test_kernel_version", "test_nvidia_persistence", "test_lxc_gpu_passthrough", "test_lxc_cpuset",
-                      "test_storage_scheduler"}
-    assert all("pve-gpu1" in line for line in failing.stdout.splitlines() if line.startswith("FAILED")), \
-        "the container passes"
-    before = lab.snapshot("pve-gpu1")
-    ct130 = lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf")
-    boot_id = lab.status("pve-gpu1")["boot_id"]
-    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
-    assert run.rc == 0, run.stdout + run.stderr
-    assert run.report["mode"] == "fix"
-    # every control pass, or na where it does not apply (the seed's GPUs report no power limits)
-    assert run.status("pve-gpu1") == {c: "na" if s == "na" else "pass" for c, s in SEED_EXPECTED.items()}
-    assert run.changed("pve-gpu1") == {c for c, s in SEED_EXPECTED.items() if s == "drift"}
-    assert run.status("llm-two") == GUEST_EXPECTED
-    assert lab.status("pve-gpu1")["boot_id"] != boot_id, "the host was rebooted"
-    assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
-    passing = verify("-i", str(lab.inventory))
-    assert passing.returncode == 0 and "25 passed, 31 skipped" in passing.stdout, passing.stdout[-3000:]
-    assert "llm-two: a host-level control: this is a container; verify its host" in passing.stdout
-    # what the fix must leave alone
-    after = lab.snapshot("pve-gpu1")
-    for bdf in UNTOUCHED_DEVICES:
-        assert _device_config(after, bdf) == _device_config(before, bdf), bdf
-    assert lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf") == ct130
-    assert lab.out("pve-gpu1", "ls /boot/vmlinuz-*").split() == ["/boot/vmlinuz-6.14.11-4-pve", "/boot/vmlinuz-6.8.12-4-pve"]
-    # no temporary or backup file beside any config (least of all in /etc/pve, which a
-    # cluster replicates); the copies of the edited files are in /var/backups/gpuhost
-    assert lab.out("pve-gpu1", "find /etc -name '*gpuhost-tmp*' -o -name '*.gpuhost-[0-9]*' -o -name '*~'") == ""
-    backups = lab.out("pve-gpu1", "ls /var/backups/gpuhost").split()
-    assert {b.split(".20")[0] for b in backups} >= {"cmdline", "129.conf"}, backups
-    # each edit keeps a copy, the first one the file as it was before gpuhost
-    assert lab.out("pve-gpu1", "cat \"$(ls /var/backups/gpuhost/cmdline.* | sort | head -n 1)\"") == \
-        "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet"
-    # a second fix changes nothing
-    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
-    assert again.rc == 0 and again.changed("pve-gpu1") == set()
-    assert "nothing to fix" in again.stderr
-    # and a reboot keeps every fix
-    lab.reboot("pve-gpu1")
-    final = gpuhost("audit", "-i", str(lab.inventory))
-    assert final.rc == 0 and final.status("pve-gpu1") == {c: "na" if s == "na" else "pass" for c, s in SEED_EXPECTED.items()}
+        self.lab = lab
+        failing = verify("-i", str(lab.inventory))
+        assert failing.returncode == 2, failing.stdout[-2000:]
+        failed = {line.split("::")[1].split("[")[0] for line in failing.stdout.splitlines() if line.startswith("FAILED")}
+        assert failed == {"test_cpu_driver", "test_cpu_cstates", "test_numa_balancing", "test_pcie_mrrs", "test_iommu_mode",
+                          "test_kernel_version", "test_nvidia_persistence", "test_lxc_gpu_passthrough", "test_lxc_cpuset",
+                          "test_storage_scheduler"}
+        assert all("pve-gpu1" in line for line in failing.stdout.splitlines() if line.startswith("FAILED")), \
+            "the container passes"
+        self.before = lab.snapshot("pve-gpu1")
+        self.ct130 = lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf")
+        self.boot_id = lab.status("pve-gpu1")["boot_id"]
+
+    def fixed(self, report: dict) -> None:
+        """After `gpuhost fix --yes --reboot if-needed`, from its JSON report and the host."""
+        lab = self.lab
+        run = GpuhostRun(subprocess.CompletedProcess([], 0, "", ""), report)
+        assert report["mode"] == "fix"
+        # every control pass, or na where it does not apply (the seed's GPUs report no power limits)
+        assert run.status("pve-gpu1") == {c: "na" if s == "na" else "pass" for c, s in SEED_EXPECTED.items()}
+        assert run.changed("pve-gpu1") == {c for c, s in SEED_EXPECTED.items() if s == "drift"}
+        assert run.status("llm-two") == GUEST_EXPECTED
+        assert lab.status("pve-gpu1")["boot_id"] != self.boot_id, "the host was rebooted"
+        assert lab.out("pve-gpu1", "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
+        # what the fix must leave alone
+        after = lab.snapshot("pve-gpu1")
+        for bdf in UNTOUCHED_DEVICES:
+            assert _device_config(after, bdf) == _device_config(self.before, bdf), bdf
+        assert lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf") == self.ct130
+        assert lab.out("pve-gpu1", "ls /boot/vmlinuz-*").split() == ["/boot/vmlinuz-6.14.11-4-pve",
+                                                                     "/boot/vmlinuz-6.8.12-4-pve"]
+        # no temporary or backup file beside any config (least of all in /etc/pve, which a
+        # cluster replicates); the copies of the edited files are in /var/backups/gpuhost
+        assert lab.out("pve-gpu1", "find /etc -name '*gpuhost-tmp*' -o -name '*.gpuhost-[0-9]*' -o -name '*~'") == ""
+        backups = lab.out("pve-gpu1", "ls /var/backups/gpuhost").split()
+        assert {b.split(".20")[0] for b in backups} >= {"cmdline", "129.conf"}, backups
+        # each edit keeps a copy, the first one the file as it was before gpuhost
+        assert lab.out("pve-gpu1", "cat \"$(ls /var/backups/gpuhost/cmdline.* | sort | head -n 1)\"") == \
+            "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet"
+
+    def verified(self, stdout: str) -> None:
+        """After `gpuhost verify`: the host passes, the container's host-level controls are skipped with the reason."""
+        assert "llm-two: a host-level control: this is a container; verify its host" in stdout
+
+    def kept(self) -> None:
+        """A second fix changes nothing, and a reboot keeps every fix."""
+        lab = self.lab
+        again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
+        assert again.rc == 0 and again.changed("pve-gpu1") == set()
+        assert "nothing to fix" in again.stderr
+        lab.reboot("pve-gpu1")
+        final = gpuhost("audit", "-i", str(lab.inventory))
+        assert final.rc == 0 and final.status("pve-gpu1") == {c: "na" if s == "na" else "pass"
+                                                              for c, s in SEED_EXPECTED.items()}
 
 
 def test_fix_without_reboot_leaves_pending_reboot(make_lab):

@@ -6,8 +6,8 @@ import sys
 
 from conftest import ci_stdin
 
-# (the seed failing verify before the fix and passing it after: tests/audit/test_seed.py,
-# test_seed_fix_reboots_and_ends_with_every_control_passing, on the same lab as the fix)
+# (the seed failing verify before the fix and passing it after: tests/audit/test_seed.py's
+# SeedFix, around the README's quick start in test_readme, on the same lab as the fix)
 
 
 def verify(*args: str) -> subprocess.CompletedProcess:

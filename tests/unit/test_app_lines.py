@@ -93,3 +93,25 @@ def test_a_second_signal_says_what_the_stop_waits_for():
         "gpuhost fix: SIGINT: finishing the change in flight, starting no new one",
         "gpuhost fix: SIGINT again: stopping as soon as gpu1: Install the kernel series' metapackages | "
         "kernel.version ends; no new change starts (SIGKILL would leave that step half-made)"]
+
+
+def test_the_lock_wait_is_said_only_when_a_lock_was_busy():
+    """The waiting task starts (and is skipped) on every fix: "waiting for another run's lock"
+    is said only after the run found a host's lock busy, never on an uncontended fix."""
+    from gpuhost.app import Progress
+    from gpuhost.runner import LOCK_TASK, TRY_LOCK_TASK
+
+    def run(busy: bool) -> list[str]:
+        out = io.StringIO()
+        progress = Progress(Console(file=out, width=300), "gpuhost fix: apply")
+        for host in ("gpu1", "gpu2"):
+            progress.event({"event": "runner_on_start", "event_data": {"host": host, "task": TRY_LOCK_TASK}})
+            progress.event({"event": "runner_on_ok", "event_data": {
+                "host": host, "task": TRY_LOCK_TASK, "res": {"busy": busy and host == "gpu2"}}})
+        for host in ("gpu1", "gpu2"):
+            progress.event({"event": "runner_on_start", "event_data": {"host": host, "task": LOCK_TASK}})
+        return out.getvalue().splitlines()
+
+    assert run(busy=False) == []
+    assert run(busy=True) == ["gpuhost fix: apply: gpu1: waiting for another run's lock (hosts are taken in name order)",
+                              "gpuhost fix: apply: gpu2: waiting for another run's lock (hosts are taken in name order)"]

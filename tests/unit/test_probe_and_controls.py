@@ -226,3 +226,61 @@ def test_lab_up_refuses_a_zfs_host_in_one_line_before_it_starts_anything(tmp_pat
     with pytest.raises(manager.LabError, match=r"^zfs-host: zfs: the lab cannot show /proc/spl/kstat/zfs") as err:
         manager.up([str(spec)], tmp_path / "lab")
     assert "\n" not in str(err.value) and not (tmp_path / "lab").exists()
+
+
+class _Started:
+    """A tool run started early, as subprocess.Popen looks to the probe: answered by the scenario's model."""
+
+    def __init__(self, argv, run):
+        self.argv, self.killed = argv, False
+        self.returncode, self._out, self._err = run(argv)
+
+    def communicate(self):
+        return self._out.encode(), self._err.encode()
+
+    def kill(self):
+        self.killed = True
+
+
+def test_nvidia_smi_runs_start_before_the_file_reads_and_the_facts_are_the_same(tmp_path):
+    """The facts module starts nvidia-smi's query and its two P2P reads before reading any
+    file (on a GPU host each takes 0.1 s to seconds): probe_nvidia takes their answers
+    instead of running them again, and the facts are those of running them in turn."""
+    host = scenarios.render(SEED_HOST, tmp_path)
+    asked, started = [], []
+
+    def run(argv):
+        asked.append(argv)
+        return host.run(argv)
+
+    def start(argv):
+        started.append(_Started(argv, host.run))
+        return started[-1]
+
+    in_turn = probe.Probe(str(tmp_path), run=host.run).gather()
+    early = probe.Probe(str(tmp_path), run=run, start=start).gather()
+    assert early == in_turn and len(in_turn["nvidia"]["gpus"]) == 8 and in_turn["nvidia"]["p2p"]
+    smi = [a for a in asked if a[0].endswith("nvidia-smi")]
+    assert smi == [] and [s.argv[1:] for s in started] == [
+        ["--query-gpu=" + ",".join(probe.SMI_FIELDS), "--format=csv,noheader"], ["topo", "-p2p", "r"], ["topo", "-p2p", "w"]]
+    assert not any(s.killed for s in started)
+
+
+def test_an_early_run_no_section_asks_for_is_stopped(tmp_path):
+    """The query fails (the driver cannot be reached): the P2P reads started with it are
+    never asked for, and are stopped and reaped, not left running after the module."""
+    host = scenarios.render(SEED_HOST, tmp_path)
+    started = []
+
+    def failing(argv):
+        if argv[0].endswith("nvidia-smi") and argv[1].startswith("--query-gpu"):
+            return 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
+        return host.run(argv)
+
+    def start(argv):
+        started.append(_Started(argv, failing))
+        return started[-1]
+
+    facts = probe.Probe(str(tmp_path), run=host.run, start=start).gather()
+    assert facts["nvidia"]["smi_error"].startswith("NVIDIA-SMI has failed") and facts["nvidia"]["gpus"] == []
+    assert [s.killed for s in started] == [False, True, True]

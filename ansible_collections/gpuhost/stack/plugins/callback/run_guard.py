@@ -32,6 +32,13 @@ from ansible.plugins.callback import CallbackBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpuhost.stack.plugins.module_utils import runs
+# Imported here, in ansible-playbook's own process, so that the worker forked for every task
+# and host inherits it: ansible's collection loader compiles a collection's Python from
+# source at each import (it keeps no .pyc), and the filters and the audit action import the
+# controls' registry, which a worker would otherwise compile again for each task.
+from ansible_collections.gpuhost.stack.plugins.module_utils import controls
+
+PRELOADED = (controls,)
 
 display = Display()
 

@@ -54,7 +54,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuhost.stack.plugins.module_utils.probe import Probe
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe import Probe, start_process
 
 
 def main():
@@ -65,7 +65,7 @@ def main():
         rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
         return rc, out, err
 
-    facts = Probe("/", run=run, cuda_paths=module.params["cuda_paths"]).gather()
+    facts = Probe("/", run=run, cuda_paths=module.params["cuda_paths"], start=start_process).gather()
     module.exit_json(changed=False, ansible_facts={"gpuhost": facts})
 
 

@@ -17,7 +17,7 @@ import subprocess
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.boot import REFRESH_JOURNAL, BootProbe  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cpu import CpuProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cuda import CudaProbe
-from ansible_collections.gpuhost.stack.plugins.module_utils.probe.devices import DevicesProbe
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.devices import SMI_FIELDS, DevicesProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.packages import PackagesProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.grubcfg import grub_default_kernel, grub_entry_ids, grub_menu, grubenv_values, version_key  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig import parse_config  # noqa: F401
@@ -33,17 +33,21 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.watchlist import OWN
 __metaclass__ = type
 __all__ = ["Probe", "REFRESH_JOURNAL", "GRUB_VARS", "ShellValueError", "read_shell_assignments", "shell_scan",
            "grub_default_kernel", "grub_entry_ids", "grub_menu", "grubenv_values", "version_key", "parse_config",
-           "OWNED_UNITS", "WATCHED_SYSCTLS"]
+           "OWNED_UNITS", "WATCHED_SYSCTLS", "start_process"]
 
 
 class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe, ZfsProbe):
     """Reads under *root* ('/' on a real host; a directory tree in unit tests)."""
 
-    def __init__(self, root="/", run=None, cuda_paths=()):
+    def __init__(self, root="/", run=None, cuda_paths=(), start=None):
         self.root = root.rstrip("/") or ""
         self.extra_cuda_paths = tuple(cuda_paths or ())
         self.errors = {}
         self._run = run or _run
+        # start(argv) -> a running subprocess.Popen: given (the facts module does), the slow
+        # tools are started before the file reads and collected where a section asks for them
+        self._start = start
+        self._started = {}
 
     # ---- small readers ---------------------------------------------------------------
     def p(self, path):
@@ -76,6 +80,41 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
     def rel(self, path):
         return path[len(self.root):] if self.root and path.startswith(self.root) else path
 
+    def command(self, argv):
+        """(rc, stdout, stderr) of a tool: the run started early for these very arguments, else a run now."""
+        proc = self._started.pop(tuple(argv), None)
+        if proc is None:
+            return self._run(argv)
+        out, err = proc.communicate()
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def _start_early(self):
+        """nvidia-smi's per-GPU query and its two P2P reads, started before the file reads: on
+        a GPU host each call takes from a tenth of a second to seconds (NVML opens every GPU,
+        each initialised anew without persistence mode), and they do not depend on each other
+        or on anything read here. Each is read-only; probe_nvidia asks for the same arguments."""
+        smi = self.nvidia_smi()
+        if self._start is None or smi is None:
+            return
+        runs = [[self.p(smi), "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader"]]
+        if len(self.glob("/proc/driver/nvidia/gpus/*")) >= 2:
+            runs += [[self.p(smi), "topo", "-p2p", mode] for mode in ("r", "w")]
+        for argv in runs:
+            try:
+                self._started[tuple(argv)] = self._start(argv)
+            except OSError:
+                pass        # asked again, and reported, where the section runs it
+
+    def _reap_early(self):
+        """A run started early that no section asked for (the query failed, fewer GPUs answered)."""
+        for proc in self._started.values():
+            try:
+                proc.kill()
+            except OSError:
+                pass
+            proc.communicate()
+        self._started = {}
+
     def section(self, name, fn):
         try:
             return fn()
@@ -86,12 +125,19 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
     # ---- sections --------------------------------------------------------------------
     def gather(self):
         facts = {}
-        for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "uvm_boot", "vms", "block", "units", "apt", "zfs", "fabricmanager", "cuda"):
-            facts[name] = self.section(name, getattr(self, "probe_" + name))
+        self._start_early()
+        try:
+            self._gather_sections(facts)
+        finally:
+            self._reap_early()
         facts["errors"] = self.errors
         facts["is_root"] = os.geteuid() == 0
         return facts
+
+    def _gather_sections(self, facts):
+        for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
+                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "uvm_boot", "vms", "block", "units", "apt", "zfs", "fabricmanager", "cuda"):
+            facts[name] = self.section(name, getattr(self, "probe_" + name))
 
     def probe_os(self):
         info = {}
@@ -106,7 +152,7 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
             m = re.search(r"sub\s+version\s*\{\s*return\s+'(\d+[.\d]*)",
                           self.read("/usr/share/perl5/PVE/pvecfg.pm") or "")
             if not m:
-                out = self._run([self.p("/usr/bin/pveversion")])
+                out = self.command([self.p("/usr/bin/pveversion")])
                 m = re.search(r"pve-manager/(\d+[.\d]*)", out[1] or "")
             pve = m.group(1) if m else None
         hostname = self.read1("/proc/sys/kernel/hostname") or self.read1("/etc/hostname")
@@ -130,6 +176,12 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
         if kind is None and os.path.exists(self.p("/.dockerenv")):
             kind = "docker"
         return {"kind": kind, "in_container": bool(kind)}
+
+def start_process(argv):
+    """A tool started in the C locale (its output as the parsers read it), its output piped."""
+    env = dict(os.environ, LC_ALL="C")
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+
 
 def _run(argv):
     try:

@@ -97,7 +97,7 @@ class BootProbe:
         modes = []
         tool = self.p("/usr/sbin/proxmox-boot-tool")
         if os.path.exists(tool):
-            rc, out, _ = self._run([tool, "status"])
+            rc, out, _ = self.command([tool, "status"])
             # "<uuid> is configured with: uefi (versions: ...)[, grub (versions: ...)]"
             for text in (out or "").splitlines() if rc == 0 else []:
                 if "is configured with:" in text:

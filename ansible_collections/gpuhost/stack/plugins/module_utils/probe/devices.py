@@ -68,6 +68,14 @@ class DevicesProbe:
             raise ValueError("no current level in %r" % text.strip()[:80])
         return m.group(1)
 
+    def nvidia_smi(self):
+        """nvidia-smi's path on the host (/usr/local/bin's, a .run install, over the package's)."""
+        smi = None
+        for cand in ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi"):
+            if os.path.exists(self.p(cand)):
+                smi = cand
+        return smi
+
     def probe_nvidia(self):
         version_text = self.read("/proc/driver/nvidia/version")
         module, flavor = None, None
@@ -85,10 +93,7 @@ class DevicesProbe:
                 char_devices[m.group(1)] = m.group(2)
                 if m.group(2).startswith("nvidia"):
                     majors[m.group(2)] = int(m.group(1))
-        smi = None
-        for cand in ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi"):
-            if os.path.exists(self.p(cand)):
-                smi = cand
+        smi = self.nvidia_smi()
         # the device nodes as the driver and nvidia-modprobe made them: a container's devN:
         # path must exist when it starts (pve-container refuses the start otherwise)
         nodes = sorted(self.rel(p) for p in self.glob("/dev/nvidia*") + self.glob("/dev/nvidia-caps/*"))
@@ -120,7 +125,7 @@ class DevicesProbe:
         # ask again without it, and what it would have said is unknown (None)
         fields = list(SMI_FIELDS)
         for _ in range(len(SMI_FIELDS)):
-            rc, text, err = self._run([self.p(smi), "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
+            rc, text, err = self.command([self.p(smi), "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
             m = re.search(r'Field "([^"]+)" is not a valid field to query', text + err)
             if rc == 0 or not m or m.group(1) not in fields or m.group(1) in SMI_CORE:
                 break
@@ -152,7 +157,7 @@ class DevicesProbe:
             # guide asks for it): a GPU x GPU matrix of the legend's codes
             out["p2p"], out["p2p_error"] = {}, None
             for mode in ("r", "w"):
-                rc, text, err = self._run([self.p(smi), "topo", "-p2p", mode])
+                rc, text, err = self.command([self.p(smi), "topo", "-p2p", mode])
                 matrix = parse_p2p(text) if rc == 0 else None
                 if not matrix:
                     out["p2p_error"] = "nvidia-smi topo -p2p %s: %s" % (

@@ -32,7 +32,7 @@ class FabricProbe:
         # InactiveExitTimestampMonotonic, 0 until the unit first left inactive this boot
         for cand in ("/usr/bin/systemctl", "/bin/systemctl"):
             if os.path.exists(self.p(cand)):
-                rc, text, err = self._run([self.p(cand), "show", "-p", "ActiveState",
+                rc, text, err = self.command([self.p(cand), "show", "-p", "ActiveState",
                                            "-p", "InactiveExitTimestampMonotonic", FM_UNIT])
                 props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
                 state = props.get("ActiveState", "")

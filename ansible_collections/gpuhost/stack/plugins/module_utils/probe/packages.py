@@ -80,7 +80,7 @@ class PackagesProbe:
         if tool is None:
             out["config_error"] = "unattended-upgrades is installed but apt-config is not"
             return out
-        rc, text, err = self._run([self.p(tool), "dump"])
+        rc, text, err = self.command([self.p(tool), "dump"])
         if rc != 0:
             out["config_error"] = "apt-config dump: " + ((err or text).strip().splitlines() or ["exit %d" % rc])[0]
             return out
