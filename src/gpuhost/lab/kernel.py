@@ -414,10 +414,13 @@ def sysctl_after_boot(spec: HostSpec, root: Path, params: dict[str, str]) -> dic
     return values
 
 
-def zfs_params_at_boot(spec: HostSpec, root: Path, release: str) -> dict[str, int]:
+def zfs_params_at_boot(spec: HostSpec, root: Path, release: str, params: dict[str, str]) -> dict[str, int]:
     """zfs_arc_max and zfs_arc_min as the zfs module gets them at this boot: from the
     initramfs of *release* when root is on ZFS (the module loads before the root file
-    system), else from the root's modprobe.d; 0 (the default) where nothing sets one."""
+    system), else from the root's modprobe.d, then the kernel command line's `zfs.NAME=`:
+    kmod adds the command line's options after every modprobe.d file's (libkmod-config.c
+    kmod_config_new parses /proc/cmdline last) and the module takes the last value given;
+    0 (the default) where nothing sets one."""
     if spec.zfs is None:
         return {}
     if spec.zfs_root:
@@ -425,6 +428,10 @@ def zfs_params_at_boot(spec: HostSpec, root: Path, release: str) -> dict[str, in
     else:
         files = shimlib.modprobe_files(str(root))
     options = shimlib.modprobe_options(files, "zfs")
+    for key, value in params.items():
+        module, dot, name = key.partition(".")
+        if dot and module.replace("-", "_") == "zfs" and value:
+            options[name.replace("-", "_")] = value
     out = {}
     for name in ("zfs_arc_max", "zfs_arc_min"):
         try:
@@ -640,7 +647,7 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
         consumed_next_boot_pin=once,
         loader=spec.boot.loader,
         offline=offline_cpus(spec, params),
-        zfs=zfs_params_at_boot(spec, root, release),
+        zfs=zfs_params_at_boot(spec, root, release, params),
         uvm=uvm_at_boot(spec, root, loaded),
         containers=container_requests(spec, root),
     )

@@ -527,6 +527,9 @@ def test_storage_zfs_arc(view: View):
         # kmod: a line that starts with # is a comment, a # later on is not
         for value in re.findall(r"^[ \t]*options\s+zfs\s+.*?(?<!\S)zfs_arc_max=(\S+)", view.host.file(chosen[name]).content_string, re.M):
             persisted = int(value, 0)
+    # then this boot's command line (`zfs.zfs_arc_max=`), which kmod adds after every file's
+    for value in re.findall(r"(?<!\S)zfs\.zfs[_-]arc[_-]max=(\S+)", view.host.file("/proc/cmdline").content_string):
+        persisted = int(value, 0)
     assert persisted == int(arc_max), f"the next boot sets zfs_arc_max {persisted}, not {arc_max}"
 
 

@@ -22,15 +22,17 @@ CONTROL = Control(
     references=("OpenZFS module parameters: zfs_arc_max, zfs_arc_min; module/os/linux/zfs/arc_os.c",
                 "pve-docs local-zfs: Limit ZFS Memory Usage (10 % of RAM up to 16 GiB from PVE 8.1's installer; "
                 "zfs_arc_max at or below zfs_arc_min is ignored; update-initramfs on a ZFS root)",
-                "modprobe.d(5)"),
+                "modprobe.d(5)", "kmod libkmod/libkmod-config.c: kmod_config_new reads /proc/cmdline after the files"),
     passes=("n/a without the zfs module; else `zfs_arc_max` set and in effect (arcstats c_max) live and for the next "
-            "boot (`/etc/modprobe.d`, and the initramfs on a ZFS root), and ARC max + the memory of containers given "
+            "boot (`zfs.zfs_arc_max=` on the kernel command line it boots with, else `/etc/modprobe.d` and the "
+            "initramfs on a ZFS root), and ARC max + the memory of containers given "
             "GPUs + `gpuhost_zfs_reserve_gib` <= RAM"),
     repair=("`zfs_arc_max` (and `zfs_arc_min` below it where the default minimum, RAM/32, would void it) now and in "
             "the modprobe.d file that sets it (a package's file shadowed by the same name in `/etc/modprobe.d`), else "
             "`/etc/modprobe.d/zfs.conf`, at min(10 % of RAM, 16 GiB) as the PVE installer sets it, never above what "
-            "fits; `update-initramfs -u -k all` on a ZFS root; manual when nothing fits or the options line goes on "
-            "over several lines"),
+            "fits; `update-initramfs -u -k all` on a ZFS root; manual when nothing fits, when the options line goes on "
+            "over several lines, or when the kernel command line sets the limit (`zfs.zfs_arc_max=`: modprobe gives "
+            "the module the command line's options after every modprobe.d file's)"),
     facts=("zfs", "lxc", "boot"),
     params=(Param("gpuhost_zfs_reserve_gib", "int", 8, "zfs_reserve_gib",
                   "Memory, in GiB, kept free beside the ZFS ARC and the containers given GPUs (the host itself, "
@@ -79,6 +81,19 @@ def edited_line(text: str, line_no: int, want: dict[str, int]) -> str:
     return "".join(lines)
 
 
+def cmdline_option(params: dict | None, name: str) -> str | None:
+    """The value the kernel command line gives the zfs module's *name* (`zfs.zfs_arc_max=N`):
+    modprobe adds the command line's options after every modprobe.d file's (kmod,
+    libkmod-config.c kmod_config_new parses /proc/cmdline last) and the module takes the last
+    value given, so a value there wins over modprobe.d; a word without `=` sets nothing."""
+    found = None
+    for key, value in (params or {}).items():
+        module, dot, param = key.partition(".")
+        if dot and module.replace("-", "_") == "zfs" and param.replace("-", "_") == name and value:
+            found = value
+    return found
+
+
 def _gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
@@ -98,18 +113,25 @@ def judge(h: Host) -> Finding:
     room = ram - sum(cts.values()) - reserve          # the most the ARC may take
     default_min = max(32 * MIB, ram // 32)
     live, effective = z["arc_max"], z["c_max"]
-    persisted = _num(z.get("persisted")) or 0
+    # what the next boot gives the module: the command line it boots with, over modprobe.d
+    boot_params = h.persisted if h.persisted is not None else h.live
+    cmd_max, cmd_min = (_num(cmdline_option(boot_params, n)) for n in ("zfs_arc_max", "zfs_arc_min"))
+    persisted = (cmd_max if cmd_max is not None else _num(z.get("persisted"))) or 0
     observed = (f"zfs_arc_max {_gib(live) if live else '0 (default)'}, in effect {_gib(effective)}; "
-                f"next boot {_gib(persisted) if persisted else '0 (default)'}; RAM {_gib(ram)}"
+                f"next boot {_gib(persisted) if persisted else '0 (default)'}"
+                + (" (kernel command line)" if cmd_max is not None else "") + f"; RAM {_gib(ram)}"
                 + (f", GPU containers {_gib(sum(cts.values()))} ({', '.join(sorted(cts))})" if cts else ""))
     expected = f"a limit in effect, at most {_gib(max(room, 0))}, the same at boot"
     if room < 64 * MIB:
         return Finding(cid, "manual", observed, expected,
                        f"nothing fits: containers given GPUs take {_gib(sum(cts.values()))} and "
                        f"gpuhost_zfs_reserve_gib {reserve // GIB} GiB of {_gib(ram)}; give them less memory")
-    # keep the operator's limit where it fits, else the PVE installer's: 10 % of RAM, at most 16 GiB
-    # (64 MiB at least: the ARC ignores a smaller maximum, arc_os.c)
-    if live and 64 * MIB <= live <= room:
+    # keep the operator's limit where it fits (the command line's first: it is what every boot
+    # sets), else the PVE installer's: 10 % of RAM, at most 16 GiB (64 MiB at least: the ARC
+    # ignores a smaller maximum, arc_os.c)
+    if cmd_max and 64 * MIB <= cmd_max <= room:
+        want = cmd_max
+    elif live and 64 * MIB <= live <= room:
         want = live
     elif persisted and 64 * MIB <= persisted <= room:
         want = persisted
@@ -118,13 +140,14 @@ def judge(h: Host) -> Finding:
     # a maximum at or below the ARC's minimum is ignored: lower the minimum below it (PVE's docs)
     # the minimum in effect (arcstats c_min: a zfs_arc_min below 32 MiB is ignored), and the one
     # the next boot sets
-    persisted_min = _num(z.get("persisted_min")) or 0
+    persisted_min = (cmd_min if cmd_min is not None else _num(z.get("persisted_min"))) or 0
     need_min_live = (z.get("c_min") or default_min) >= want
     need_min_boot = (persisted_min if persisted_min >= 32 * MIB else default_min) >= want
     root_zfs = str(h.live.get("root", "")).startswith("ZFS=")
     nxt = h.boot.get("default_kernel") or h.boot.get("running_kernel")
     image = (z.get("initrd_mtimes") or {}).get(nxt)
-    stale_image = root_zfs and persisted == want and (image is None or image < (z.get("persisted_mtime") or 0))
+    stale_image = (root_zfs and cmd_max is None and persisted == want
+                   and (image is None or image < (z.get("persisted_mtime") or 0)))
     live_ok = live == want and effective == want
     persisted_ok = persisted == want and not need_min_boot
     if live_ok and persisted_ok and not stale_image:
@@ -138,6 +161,15 @@ def judge(h: Host) -> Finding:
         kinds.append(RuntimeWrite(str(want), path=f"{PARAMS}/zfs_arc_max"))
     settings = {"zfs_arc_max": want, **({"zfs_arc_min": want - 1} if need_min_boot else {})}
     edit = None
+    if not persisted_ok and ((cmd_max is not None and cmd_max != want) or (need_min_boot and cmd_min is not None)):
+        # modprobe.d cannot outvote the command line: the boot loader's configuration is the
+        # operator's to change (and the next boot's to apply)
+        return Finding(cid, "manual", observed, expected,
+                       "the kernel command line sets " + " ".join(
+                           f"zfs.{n}={v}" for n, v in (("zfs_arc_max", cmd_max), ("zfs_arc_min", cmd_min)) if v is not None)
+                       + f", which the zfs module gets after every modprobe.d file: set zfs.zfs_arc_max={want}"
+                       + (f" zfs.zfs_arc_min={want - 1}" if need_min_boot else "")
+                       + " there (or remove it) and refresh the boot loader")
     if not persisted_ok:
         where = z.get("persisted_in")
         if where and where.get("continued"):
