@@ -93,3 +93,26 @@ def test_a_posted_config_with_trailing_comments_on_its_allows_is_read_whole():
     host = {195: "nvidia", 511: "nvidia-uvm", 236: "nvidia-caps"}
     assert lxcconf.problems(pt, host) == []
     assert lxcconf.repair(text, host) == text, "nothing duplicated, every byte kept"
+
+
+def test_a_posted_epyc_host_with_cpu_255_offline_is_manual_naming_it(tmp_path):
+    """lscpu of a 2x EPYC 7742 host (netutils-linux #226): 256 CPUs, CPU 255 offline. Its
+    sysfs laid out from those lines (`present` is every CPU lscpu counts, `offline` its
+    Off-line list), probed and judged: manual, naming CPU 255; the post shows no command line,
+    so no cause is named."""
+    text = (DATA / "cpu/lscpu-2x-epyc7742-cpu255-offline").read_text()
+    field = dict(line.split(":", 1) for line in text.splitlines())
+    count, offline = int(field["CPU(s)"]), field["Off-line CPU(s) list"].strip()
+    cpu = tmp_path / "sys/devices/system/cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "present").write_text(f"0-{count - 1}\n")
+    (cpu / "offline").write_text(offline + "\n")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("".join(
+        f"processor\t: {n}\nvendor_id\t: {field['Vendor ID'].strip()}\nmodel name\t: {field['Model name'].strip()}\n\n"
+        for n in range(count) if n != int(offline)))
+    facts = probe.Probe(str(tmp_path), run=lambda argv: (127, "", "")).gather()
+    assert facts["cpu"]["offline"] == [255] and facts["cpu"]["present"] == 256
+    finding = controls.evaluate(facts, {"controls": ["cpu.online"]})["cpu.online"]
+    assert finding["status"] == "manual" and finding["observed"] == "1 of 256 CPUs offline (255)"
+    assert finding["message"] == "CPU 255 is offline: the host shows no cause (firmware, or CPUs taken offline by hand)"
