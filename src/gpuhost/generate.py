@@ -115,19 +115,28 @@ def role_meta(role: str, registry: Registry) -> str:
 
 
 def role_main(role: str, registry: Registry) -> str:
-    out = ["---", f"# {role}: one task file and one tag per control; common judges them",
-           "# (first, when this role is used alone in a playbook of its own).", f"# {MARK}",
-           f"- name: Read and judge the host, when no earlier role did | {role}",
-           "  ansible.builtin.include_role:", "    name: gpuhost.stack.common",
-           "    public: true            # its defaults (gpuhost_apply, ...) and findings serve this role",
-           "    apply:", "      tags: [always]", "  when: gpuhost_findings is not defined", "  tags: [always]", ""]
+    """The role used alone: judge the host (unless an earlier role did), its controls, the reboot request."""
+    return "\n".join([
+        "---", f"# {role}, used alone in a playbook of its own: common judges the host first, then each",
+        "# control acts on its finding (controls.yml: one task file and one tag per control).", f"# {MARK}",
+        f"- name: Read and judge the host, when no earlier role did | {role}",
+        "  ansible.builtin.include_role:", "    name: gpuhost.stack.common",
+        "    public: true            # its defaults (gpuhost_apply, ...) and findings serve this role",
+        "    apply:", "      tags: [always]", "  when: gpuhost_findings is not defined", "  tags: [always]", "",
+        f"- name: Each control of the role | {role}", "  ansible.builtin.import_tasks: controls.yml", "",
+        f"- name: Ask for the reboot a fix waits for | {role}", "  ansible.builtin.import_role:",
+        "    name: gpuhost.stack.common", "    tasks_from: reboot_request"]) + "\n"
+
+
+def role_controls(role: str, registry: Registry) -> str:
+    """The role's controls, one task file and one tag each: what site.yml's fix_all imports (it
+    judged the host already and asks for the reboot once, at its end), and the role alone too."""
+    out = ["---", f"# {role}: one task file and one tag per control; each acts on its finding.", f"# {MARK}"]
     for c in registry.catalog:
         if c.role == role:
             out += [f"- name: Control | {c.id}", f"  ansible.builtin.import_tasks: {module_name(c.id)}.yml",
                     f"  tags: [{c.id}, {role}]", ""]
-    out += [f"- name: Ask for the reboot a fix waits for | {role}", "  ansible.builtin.import_role:",
-            "    name: gpuhost.stack.common", "    tasks_from: reboot_request"]
-    return "\n".join(out) + "\n"
+    return "\n".join(out[:-1]) + "\n"
 
 
 def control_tasks(cid: str, registry: Registry) -> str:
@@ -169,7 +178,11 @@ def fix_all(registry: Registry) -> str:
             continue
         # a role whose controls have no fix (health: read-only) only says what a person must do
         verb = "Fix" if any(c.fixable for c in registry.catalog if c.role == role) else "Say what a person must do about"
+        # its controls alone (tasks/controls.yml): the role's main.yml also judges the host and asks
+        # for a reboot, which a play through here has done and does once at the end; each of those
+        # tasks, skipped, would still cost a worker per host
         out += [f"    - name: {verb} {title}", "      ansible.builtin.import_role:", f"        name: gpuhost.stack.{role}",
+                "        tasks_from: controls",
                 "        rolespec_validate: false      # the inventory check validated every variable", ""]
     out[-1:] = ["  always:", "    # also after a failed fix: the report shows what the host is like now",
                 "    - name: Read and judge again what changed", "      ansible.builtin.import_role:",
@@ -254,6 +267,7 @@ def artefacts(root: Path, registry: Registry | None = None) -> dict[str, str]:
         out[f"roles/{role}/meta/argument_specs.yml"] = role_argument_specs(role, registry)
         out[f"roles/{role}/meta/main.yml"] = role_meta(role, registry)
         out[f"roles/{role}/tasks/main.yml"] = role_main(role, registry)
+        out[f"roles/{role}/tasks/controls.yml"] = role_controls(role, registry)
         out[f"roles/{role}/README.md"] = role_readme(role, registry)
         for c in registry.catalog:
             if c.role == role:

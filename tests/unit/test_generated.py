@@ -64,13 +64,17 @@ def test_a_control_registered_from_one_module_is_everywhere():
     role = yaml.safe_load(made["roles/demo/meta/argument_specs.yml"])["argument_specs"]["main"]["options"]
     assert "gpuhost_demo_sample_level" in role and "gpuhost_cpu_cstates" not in role
     assert yaml.safe_load(made["roles/common/defaults/main.yml"])["gpuhost_demo_sample_level"] == 3
-    # a role of its own, with a task file and a tag, and the play imports it
-    tasks = yaml.safe_load(made["roles/demo/tasks/main.yml"])
+    # a role of its own, with a task file and a tag; the role alone runs them, the play imports them
+    tasks = yaml.safe_load(made["roles/demo/tasks/controls.yml"])
     assert {"name": "Control | demo.sample", "ansible.builtin.import_tasks": "demo_sample.yml",
             "tags": ["demo.sample", "demo"]} in tasks
+    assert {"name": "Each control of the role | demo",
+            "ansible.builtin.import_tasks": "controls.yml"} in yaml.safe_load(made["roles/demo/tasks/main.yml"])
     fix = yaml.safe_load(made["roles/demo/tasks/demo_sample.yml"])[0]
     assert fix["vars"]["gpuhost_control"] == "demo.sample"
-    assert "gpuhost.stack.demo" in made["roles/common/tasks/fix_all.yml"]
+    fix_all = yaml.safe_load(made["roles/common/tasks/fix_all.yml"])[0]["block"]
+    assert {"name": "gpuhost.stack.demo", "tasks_from": "controls", "rolespec_validate": False} in \
+        [t.get("ansible.builtin.import_role") for t in fix_all]
     # the docs
     assert "## `demo.sample`" in made["docs/controls.md"] and "`demo.sample`" in made["README.md"]
     assert "`gpuhost_demo_sample_level`" in made["roles/demo/README.md"]
