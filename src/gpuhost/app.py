@@ -84,9 +84,15 @@ class App:
             self._progress = progress
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
+            flags = list(self.o.connection)
+            if self.o.controls and playbook == "site.yml":
+                # each control's tasks carry its ID as a tag (and everything else is `always`):
+                # Ansible drops the other controls' tasks when it reads the play, where each would
+                # otherwise start a worker per host only to be skipped
+                flags += ["--tags", ",".join(self.o.controls)]
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
                               extravars={**self.extravars(), **(extra or {})}, on_event=progress.event,
-                              task_timeout=self.o.task_timeout, cancel=cancel, flags=self.o.connection)
+                              task_timeout=self.o.task_timeout, cancel=cancel, flags=flags)
             result = run.run()
         if result.bad_input:
             raise BadInput(result.bad_input)
