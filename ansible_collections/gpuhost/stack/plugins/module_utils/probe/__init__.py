@@ -177,6 +177,7 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
             kind = "docker"
         return {"kind": kind, "in_container": bool(kind)}
 
+
 def start_process(argv):
     """A tool started in the C locale (its output as the parsers read it), its output piped."""
     env = dict(os.environ, LC_ALL="C")
