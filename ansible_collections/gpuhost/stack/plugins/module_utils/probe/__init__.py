@@ -96,9 +96,9 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
         smi = self.nvidia_smi()
         if self._start is None or smi is None:
             return
-        runs = [[self.p(smi), "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader"]]
+        runs = [self.smi_query(smi, SMI_FIELDS)]
         if len(self.glob("/proc/driver/nvidia/gpus/*")) >= 2:
-            runs += [[self.p(smi), "topo", "-p2p", mode] for mode in ("r", "w")]
+            runs += [self.smi_p2p(smi, mode) for mode in ("r", "w")]
         for argv in runs:
             try:
                 self._started[tuple(argv)] = self._start(argv)

@@ -68,6 +68,14 @@ class DevicesProbe:
             raise ValueError("no current level in %r" % text.strip()[:80])
         return m.group(1)
 
+    def smi_query(self, smi, fields):
+        """nvidia-smi's per-GPU query of *fields*, one CSV line a GPU."""
+        return [self.p(smi), "--query-gpu=" + ",".join(fields), "--format=csv,noheader"]
+
+    def smi_p2p(self, smi, mode):
+        """nvidia-smi's peer-to-peer matrix for reads (r) or writes (w)."""
+        return [self.p(smi), "topo", "-p2p", mode]
+
     def nvidia_smi(self):
         """nvidia-smi's path on the host (/usr/local/bin's, a .run install, over the package's)."""
         smi = None
@@ -125,7 +133,7 @@ class DevicesProbe:
         # ask again without it, and what it would have said is unknown (None)
         fields = list(SMI_FIELDS)
         for _ in range(len(SMI_FIELDS)):
-            rc, text, err = self.command([self.p(smi), "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
+            rc, text, err = self.command(self.smi_query(smi, fields))
             m = re.search(r'Field "([^"]+)" is not a valid field to query', text + err)
             if rc == 0 or not m or m.group(1) not in fields or m.group(1) in SMI_CORE:
                 break
@@ -157,7 +165,7 @@ class DevicesProbe:
             # guide asks for it): a GPU x GPU matrix of the legend's codes
             out["p2p"], out["p2p_error"] = {}, None
             for mode in ("r", "w"):
-                rc, text, err = self.command([self.p(smi), "topo", "-p2p", mode])
+                rc, text, err = self.command(self.smi_p2p(smi, mode))
                 matrix = parse_p2p(text) if rc == 0 else None
                 if not matrix:
                     out["p2p_error"] = "nvidia-smi topo -p2p %s: %s" % (
