@@ -7,12 +7,12 @@ import os
 import re
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cpu import parse_cpulist
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.units import UDEV_DIRS
 
 __metaclass__ = type
 
 # modules-load.d(5): *.conf by name across these directories, an earlier one's shadowing a
 # later one's of the same name (Debian links /etc/modules-load.d/modules.conf to ../modules)
-UDEV_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
 MODULES_LOAD_DIRS = ("/etc/modules-load.d", "/run/modules-load.d", "/usr/local/lib/modules-load.d",
                      "/lib/modules-load.d", "/usr/lib/modules-load.d")
 

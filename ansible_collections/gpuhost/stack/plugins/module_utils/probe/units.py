@@ -12,6 +12,9 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.watchlist import OWN
 
 __metaclass__ = type
 
+# udev(7): *.rules by name across these directories, a file in an earlier one (an empty one
+# in /etc to turn a package's rule off) shadowing the same name in a later one
+UDEV_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
 
@@ -50,11 +53,10 @@ class UnitsProbe:
         return units
 
     def udev_rules(self):
-        """The texts of every udev rules file, read once for all the units asked about."""
+        """The texts of the udev rules files udev reads (Probe.conf_files: a name in /etc
+        shadowing the same name in /lib), read once for all the units asked about."""
         if getattr(self, "_udev_rules", None) is None:
-            self._udev_rules = [self.read(self.rel(rule)) or ""
-                                for d in ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
-                                for rule in self.glob(d + "/*.rules")]
+            self._udev_rules = [self.read(path) or "" for _, path in self.conf_files(UDEV_DIRS, "*.rules")]
         return self._udev_rules
 
     def effective_unit(self, name):
