@@ -343,7 +343,8 @@ class App:
                 self._stop_rollout(hosts, needing[i + 1:])
                 break
             changed = hosts[host].get("changed") or []
-            check = self.hosts_from(self.play(f"gpuhost fix: re-audit {host}", inventory, check=True, limit=host), [host])
+            # the reboot play's last task judged the host as it came back
+            check = self.hosts_from(result, [host])
             check[host]["changed"] = changed
             # a fix that failed before the reboot still failed: the report keeps saying so
             check[host]["failed"] = hosts[host].get("failed") or {}

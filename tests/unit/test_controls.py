@@ -152,7 +152,10 @@ def test_every_fix_is_made_of_kinds_the_roles_apply_and_the_plan_names(rendered)
     assert fixes.steps(fixes.fix_of(fixes.RuntimeWrite("0", path="/proc/sys/kernel/numa_balancing"),
                                     fixes.FileContent("/etc/sysctl.d/x.conf", "y\n"))) == ["file", "runtime"]
     assert fixes.steps(fixes.fix_of(fixes.UnitRemoval("old.service"))) == ["remove_unit", "daemon_reload"], \
-        "systemd reads its units again after one is installed or taken out"
+        "systemd reads its units again after one is taken out"
+    assert fixes.steps(fixes.fix_of(fixes.BootUnit("gpuhost-x.service", "[Unit]\n"))) == ["unit"], \
+        "a unit's own step makes systemd read it (the file module's daemon_reload): no second task"
+    assert "daemon_reload: true" in (tasks / "fix_unit.yml").read_text()
     with pytest.raises(ValueError, match="a fix key no kind owns: reboot_now"):
         fixes.kinds_of({"reboot_now": True})
 

@@ -284,3 +284,28 @@ def test_an_early_run_no_section_asks_for_is_stopped(tmp_path):
     facts = probe.Probe(str(tmp_path), run=host.run, start=start).gather()
     assert facts["nvidia"]["smi_error"].startswith("NVIDIA-SMI has failed") and facts["nvidia"]["gpus"] == []
     assert [s.killed for s in started] == [False, True, True]
+
+
+def test_a_sysfs_read_takes_one_read_call_and_still_gets_every_byte(tmp_path, monkeypatch):
+    """read_attribute stops at the first read shorter than the smallest page (kernfs hands a
+    value over whole, a binary attribute a page at a time): a value is one read(2), a longer
+    file is read to its end, and a limit (config space's 4096 bytes) is kept."""
+    import os
+
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe.attribute import read_attribute
+
+    reads = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    short, long = tmp_path / "governor", tmp_path / "config"
+    short.write_bytes(b"performance\n")
+    long.write_bytes(bytes(range(256)) * 40)                  # 10,240 bytes
+    assert read_attribute(str(short)) == b"performance\n" and len(reads) == 1
+    reads.clear()
+    assert read_attribute(str(long)) == bytes(range(256)) * 40 and len(reads) == 2
+    reads.clear()
+    assert read_attribute(str(long), 4096) == (bytes(range(256)) * 40)[:4096] and reads == [4096]
+    # this machine's own sysfs reads the same as a buffered read does
+    online = "/sys/devices/system/cpu/online"
+    with open(online, "rb") as f:
+        assert read_attribute(online) == f.read()

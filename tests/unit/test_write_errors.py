@@ -54,8 +54,9 @@ def test_each_cause_is_said_in_the_operators_terms(code, path, said):
     assert write.why_not_written(path, OSError(code, os.strerror(code))) == said
 
 
-def run_module(name: str, args: dict) -> dict:
-    """A gpuhost module run as Ansible runs it on a host: its arguments in a JSON file."""
+def run_module(name: str, args: dict, path: str | None = None) -> dict:
+    """A gpuhost module run as Ansible runs it on a host: its arguments in a JSON file (*path*:
+    the PATH it finds its tools on)."""
     import json
     import sys
     import tempfile
@@ -64,7 +65,7 @@ def run_module(name: str, args: dict) -> dict:
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
-    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS), PATH=path or os.environ["PATH"])
     res = subprocess.run([sys.executable, str(COLLECTION / f"plugins/modules/{name}.py"), f.name],
                          capture_output=True, text=True, env=env, timeout=60)
     os.unlink(f.name)
@@ -89,3 +90,32 @@ def test_a_sysctl_file_that_changed_since_the_audit_is_not_written_over(tmp_path
     out = run_module("file", {"path": str(conf), "content": "#kernel.numa_balancing = 1\n",
                               "expect_sha256": content_sha256(read)})
     assert out["changed"] and conf.read_text() == "#kernel.numa_balancing = 1\n", out
+
+
+@pytest.mark.parametrize("reload_rc", [0, 1])
+def test_a_unit_written_is_read_by_systemd_in_the_same_call_and_only_when_it_changed(tmp_path, reload_rc):
+    """A boot unit's step installs it and runs systemctl daemon-reload itself, once, after a
+    change: a second run changes nothing and reloads nothing, check mode never reloads, and a
+    reload that fails fails the step naming the file (it was written: changed)."""
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "systemctl"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {calls}\necho 'Access denied' >&2\nexit {reload_rc}\n")
+    fake.chmod(0o755)
+    unit = tmp_path / "gpuhost-x.service"
+    args = {"path": str(unit), "content": "[Unit]\nDescription=x\n", "daemon_reload": True}
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    check = run_module("file", {**args, "_ansible_check_mode": True}, path=path)
+    assert check["changed"] and not check["daemon_reloaded"] and not calls.exists() and not unit.exists(), check
+    out = run_module("file", args, path=path)
+    assert unit.read_text() == "[Unit]\nDescription=x\n"
+    assert calls.read_text() == "daemon-reload\n", "one reload, with argv (no shell)"
+    if reload_rc:
+        assert out.get("failed") and out["changed"], out
+        assert out["msg"] == f"{unit} was written, but systemctl daemon-reload failed (rc 1): Access denied", out
+        return
+    assert out["changed"] and out["daemon_reloaded"], out
+    again = run_module("file", args, path=path)
+    assert not again["changed"] and not again["daemon_reloaded"], again
+    assert calls.read_text() == "daemon-reload\n", "nothing changed: no second reload"

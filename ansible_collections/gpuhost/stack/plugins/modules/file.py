@@ -12,7 +12,8 @@ short_description: Write a file with exact content (and enable it as a boot unit
 description:
   - Writes I(content) to I(path) when it differs, atomically, keeping a copy of the old file
     in I(backup_dir) when asked. With I(wanted_by), also makes the unit's
-    C(<target>.wants/) link, as C(systemctl enable) does.
+    C(<target>.wants/) link, as C(systemctl enable) does. With I(daemon_reload), a change
+    is followed by C(systemctl daemon-reload), so systemd knows the unit before the next task.
   - Does one job the builtin copy and file modules do in several round trips, which matters
     when a fix touches a dozen files on every host of a fleet. Supports check mode and diff.
 options:
@@ -21,6 +22,13 @@ options:
   mode: {description: Permissions for a new file (an existing file keeps its own), type: str, default: "0644"}
   backup_dir: {description: Where to keep a timestamped copy of a file before changing it, type: path}
   wanted_by: {description: A systemd target whose .wants directory links the unit, type: str}
+  daemon_reload:
+    description:
+      - After a change (the file or the link), run C(systemctl daemon-reload) (argv, no shell); not in check mode.
+      - systemd reads unit files again only when told (systemctl(1), daemon-reload), and a unit started
+        or restarted before that runs as systemd last read it.
+    type: bool
+    default: false
   expect_sha256:
     description:
       - "The SHA-256 of the content the caller computed I(content) from (C(absent): no file). A file that
@@ -35,11 +43,13 @@ EXAMPLES = r"""
     path: /etc/systemd/system/gpuhost-pcie-mrrs.service
     content: "{{ unit_text }}"
     wanted_by: multi-user.target
+    daemon_reload: true
 """
 
 RETURN = r"""
 backup_file: {description: the copy kept, returned: when a file was changed and backup_dir given, type: str}
 linked: {description: the wants link made, returned: when made, type: str}
+daemon_reloaded: {description: whether systemctl daemon-reload ran, returned: always, type: bool}
 """
 
 import hashlib
@@ -53,7 +63,7 @@ def main():
     module = AnsibleModule(argument_spec=dict(
         path=dict(type="path", required=True), content=dict(type="str", required=True),
         mode=dict(type="str", default="0644"), backup_dir=dict(type="path"), wanted_by=dict(type="str"),
-        expect_sha256=dict(type="str")),
+        daemon_reload=dict(type="bool", default=False), expect_sha256=dict(type="str")),
         supports_check_mode=True)
     p = module.params
     path, content = p["path"], p["content"]
@@ -98,6 +108,14 @@ def main():
                 if os.path.lexists(link):
                     os.unlink(link)
                 os.symlink(path, link)
+    result["daemon_reloaded"] = False
+    if result["changed"] and p["daemon_reload"] and not module.check_mode:
+        # in this same call, not a task of its own: the reload is part of installing the unit
+        rc, out, err = module.run_command(["systemctl", "daemon-reload"])
+        if rc != 0:
+            module.fail_json(msg="%s was written, but systemctl daemon-reload failed (rc %d): %s"
+                                 % (path, rc, (err or out).strip()), path=path, changed=True, diff=diffs)
+        result["daemon_reloaded"] = True
     result["diff"] = diffs
     module.exit_json(**result)
 

@@ -187,8 +187,9 @@ class LxcRestart:
 
 @dataclass(frozen=True)
 class BootUnit:
-    """A oneshot unit of gpuhost's that re-applies runtime writes at every boot, installed
-    and enabled (gpuhost.stack.file); *content* is what systemd reads."""
+    """A oneshot unit of gpuhost's that re-applies runtime writes at every boot, installed,
+    enabled and read by systemd in one call (gpuhost.stack.file, daemon_reload); *content*
+    is what systemd reads."""
     STEP = "unit"
     name: str
     content: str
@@ -426,8 +427,10 @@ def steps(fix: dict) -> list[str]:
     """The fix task files that apply *fix*, in STEPS order: the roles include exactly these,
     so a control's fix runs its own tasks and no skipped ones."""
     have = {k.STEP for k in kinds_of(fix)}
-    if have & {"unit", "remove_unit"}:
-        have.add("daemon_reload")       # systemd reads a unit gpuhost installed or took out again
+    if "remove_unit" in have:
+        # systemd reads its units again once one is taken out (a BootUnit's own step reloads:
+        # the file module's daemon_reload, in the same call that installs it)
+        have.add("daemon_reload")
     return [s for s in STEPS if s in have]
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.attribute import read_attribute
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.boot import REFRESH_JOURNAL, BootProbe  # noqa: F401
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cpu import CpuProbe
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cuda import CudaProbe
@@ -33,7 +34,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.watchlist import OWN
 __metaclass__ = type
 __all__ = ["Probe", "REFRESH_JOURNAL", "GRUB_VARS", "ShellValueError", "read_shell_assignments", "shell_scan",
            "grub_default_kernel", "grub_entry_ids", "grub_menu", "grubenv_values", "version_key", "parse_config",
-           "OWNED_UNITS", "WATCHED_SYSCTLS", "start_process"]
+           "OWNED_UNITS", "WATCHED_SYSCTLS", "start_process", "read_attribute"]
 
 
 class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesProbe, ProxmoxProbe, SysctlProbe, UnitsProbe, ZfsProbe):
@@ -55,6 +56,8 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
 
     def read(self, path, default=None):
         try:
+            if path.startswith("/sys/"):
+                return read_attribute(self.p(path)).decode("utf-8", "replace")
             with open(self.p(path), "rb") as f:
                 return f.read().decode("utf-8", "replace")
         except (IOError, OSError):

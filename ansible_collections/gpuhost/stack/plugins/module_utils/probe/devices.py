@@ -7,6 +7,7 @@ import os
 import re
 import stat
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.attribute import read_attribute
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig import _hex, parse_config
 
 __metaclass__ = type
@@ -38,8 +39,7 @@ class DevicesProbe:
                    "iommu_group_type": (self.read1(self.rel(os.path.realpath(path + "/iommu_group")) + "/type")
                                         if os.path.exists(path + "/iommu_group") else None)}
             try:
-                with open(path + "/config", "rb") as f:
-                    cfg = f.read(4096)
+                cfg = read_attribute(path + "/config", 4096)
             except (IOError, OSError) as exc:
                 cfg = b""
                 dev["config_error"] = str(exc)
