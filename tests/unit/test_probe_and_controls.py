@@ -309,3 +309,65 @@ def test_a_sysfs_read_takes_one_read_call_and_still_gets_every_byte(tmp_path, mo
     online = "/sys/devices/system/cpu/online"
     with open(online, "rb") as f:
         assert read_attribute(online) == f.read()
+
+
+def _cpu_tree(root, cpus: dict[int, list[str]], driver_dirs: bool = False) -> None:
+    """cpuN/cpuidle/stateK/{name,latency,disable} for each CPU's list of disable values
+    (an empty list: the CPU has no cpuidle directory, as an offline one)."""
+    base = root / "sys/devices/system/cpu"
+    for cpu, disables in cpus.items():
+        (base / f"cpu{cpu}").mkdir(parents=True)
+        for k, value in enumerate(disables):
+            state = base / f"cpu{cpu}/cpuidle/state{k}"
+            state.mkdir(parents=True)
+            (state / "name").write_text(["POLL", "C1", "C2"][k] + "\n")
+            (state / "latency").write_text(f"{[0, 1, 800][k]}\n")
+            (state / "disable").write_text(value + "\n")
+        if driver_dirs and disables:
+            (base / f"cpu{cpu}/cpuidle/driver").mkdir()
+    (base / "cpuidle").mkdir(parents=True, exist_ok=True)
+    (base / "cpuidle/current_driver").write_text("acpi_idle\n")
+
+
+def test_idle_states_are_listed_once_for_one_driver_and_per_cpu_for_several(tmp_path):
+    """drivers/cpuidle/sysfs.c: a CPU has its driver's states, state0..state_count-1, so with
+    one driver the first CPU's list is everyone's (an offline CPU, with no cpuidle directory,
+    counts for none); a kernel with per-CPU drivers (cpuidle/driver/) is read CPU by CPU."""
+    one = tmp_path / "one"
+    _cpu_tree(one, {0: [], 1: ["0", "0", "0"], 2: ["0", "0", "1"], 3: [], 10: ["0", "0", "1"]})
+    pb = probe.Probe(str(one))
+    listed = []
+    real_glob = pb.glob
+    pb.glob = lambda pattern: listed.append(pattern) or real_glob(pattern)
+    idle = pb.probe_cpuidle()
+    assert idle == {"driver": "acpi_idle", "states": [
+        {"index": 0, "name": "POLL", "latency_us": 0, "cpus": 3, "disabled": 0},
+        {"index": 1, "name": "C1", "latency_us": 1, "cpus": 3, "disabled": 0},
+        {"index": 2, "name": "C2", "latency_us": 800, "cpus": 3, "disabled": 2}]}
+    assert [p for p in listed if "/cpuidle/state" in p] == ["/sys/devices/system/cpu/cpu0/cpuidle/state[0-9]*",
+                                                            "/sys/devices/system/cpu/cpu1/cpuidle/state[0-9]*"], \
+        "listed until a CPU has states, then never again"
+    several = tmp_path / "several"
+    _cpu_tree(several, {0: ["0", "0"], 1: ["0", "0", "1"]}, driver_dirs=True)
+    states = probe.Probe(str(several)).probe_cpuidle()["states"]
+    assert [(s["index"], s["cpus"], s["disabled"]) for s in states] == [(0, 2, 0), (1, 2, 0), (2, 1, 1)]
+
+
+def test_a_policy_file_the_first_policy_lacks_is_not_looked_for_on_the_others(tmp_path):
+    """cpufreq creates a driver's attributes (and the per-policy boost file) on every policy
+    alike: acpi-cpufreq has no energy_performance_preference on any, and the probe asks once."""
+    base = tmp_path / "sys/devices/system/cpu/cpufreq"
+    for i in range(3):
+        pol = base / f"policy{i}"
+        pol.mkdir(parents=True)
+        for name, value in (("scaling_driver", "acpi-cpufreq"), ("scaling_available_governors", "performance schedutil"),
+                            ("scaling_governor", "performance"), ("boost", "1"), ("scaling_max_freq", "3000000"),
+                            ("cpuinfo_max_freq", "3000000")):
+            (pol / name).write_text(value + "\n")
+    pb = probe.Probe(str(tmp_path))
+    asked = []
+    real_read = pb.read
+    pb.read = lambda path, default=None: asked.append(path) or real_read(path, default)
+    freq = pb.probe_cpufreq()
+    assert [p["boost"] for p in freq["policies"]] == [1, 1, 1] and all("epp" not in p for p in freq["policies"])
+    assert not [p for p in asked if p.endswith("energy_performance_preference")]

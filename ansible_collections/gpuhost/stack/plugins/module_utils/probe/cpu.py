@@ -45,16 +45,21 @@ class CpuProbe:
         first = self.rel(dirs[0]) if dirs else None
         driver = self.read1(first + "/scaling_driver") if first else None
         governors = (self.read1(first + "/scaling_available_governors") or "").split() if first else []
+        # a policy's optional files are the same on every policy: the driver's attributes and
+        # the per-policy boost file are created for each policy alike (drivers/cpufreq/cpufreq.c,
+        # cpufreq_add_dev_interface), so one the first policy lacks is not looked for again
+        optional = [name for name in ("energy_performance_preference", "boost")
+                    if first and os.path.exists(self.p(first + "/" + name))]
         for d in dirs:
             rel = self.rel(d)
             pol = {"id": int(re.sub(r"\D", "", os.path.basename(d)) or 0),
                    "governor": self.read1(rel + "/scaling_governor")}
-            epp = self.read1(rel + "/energy_performance_preference")
+            epp = self.read1(rel + "/energy_performance_preference") if "energy_performance_preference" in optional else None
             if epp is not None:
                 pol["epp"] = epp
             # boost per policy (6.3+) and the frequency cap: a scaling_max_freq below the
             # hardware's cpuinfo_max_freq (Documentation/admin-guide/pm/cpufreq.rst)
-            boost = _int(self.read1(rel + "/boost"))
+            boost = _int(self.read1(rel + "/boost")) if "boost" in optional else None
             if boost is not None:
                 pol["boost"] = boost
             pol["max_khz"] = _int(self.read1(rel + "/scaling_max_freq"))
@@ -71,17 +76,42 @@ class CpuProbe:
     def probe_cpuidle(self):
         driver = self.read1("/sys/devices/system/cpu/cpuidle/current_driver")
         states = {}
-        for d in self.glob("/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"):
-            idx = int(re.sub(r"\D", "", os.path.basename(d)))
-            rel = self.rel(d)
-            st = states.get(idx)
-            if st is None:   # a state's name and latency are the idle driver's, the same on every CPU
-                st = states[idx] = {"index": idx, "name": self.read1(rel + "/name"),
-                                    "latency_us": int(self.read1(rel + "/latency", "0") or 0), "cpus": 0, "disabled": 0}
-            st["cpus"] += 1
-            if self.read1(rel + "/disable", "0") not in ("0", None):
-                st["disabled"] += 1
+        for rel, indexes in self._cpuidle_states():
+            for idx in indexes:
+                d = "%s/cpuidle/state%d" % (rel, idx)
+                disable = self.read1(d + "/disable")
+                if disable is None:
+                    continue        # no such state on this CPU (offline: no cpuidle device)
+                st = states.get(idx)
+                if st is None:   # a state's name and latency are the idle driver's, the same on every CPU
+                    st = states[idx] = {"index": idx, "name": self.read1(d + "/name"),
+                                        "latency_us": int(self.read1(d + "/latency", "0") or 0), "cpus": 0, "disabled": 0}
+                st["cpus"] += 1
+                if disable != "0":
+                    st["disabled"] += 1
         return {"driver": driver, "states": [states[k] for k in sorted(states)]}
+
+    def _cpuidle_states(self):
+        """[(cpuN, state indexes to read)]. A CPU's idle states are its driver's, state0 to
+        state_count-1 (drivers/cpuidle/sysfs.c, cpuidle_add_state_sysfs): with one driver for
+        all CPUs, the first CPU's list is every CPU's, and no CPU's directory is listed again.
+        A kernel that can give CPUs drivers of their own (CONFIG_CPU_IDLE_MULTIPLE_DRIVERS,
+        which adds cpuidle/driver/) has each CPU's own list read."""
+        cpus = sorted((self.rel(d) for d in self.glob("/sys/devices/system/cpu/cpu[0-9]*")),
+                      key=lambda rel: int(re.sub(r"\D", "", os.path.basename(rel)) or 0))
+
+        def listed(rel):
+            return sorted(int(re.sub(r"\D", "", os.path.basename(d)))
+                          for d in self.glob(rel + "/cpuidle/state[0-9]*"))
+
+        for i, rel in enumerate(cpus):
+            indexes = listed(rel)
+            if not indexes:
+                continue        # offline, or no idle driver: the next CPU says what the states are
+            if os.path.isdir(self.p(rel + "/cpuidle/driver")):
+                return [(r, listed(r)) for r in cpus]
+            return [(r, indexes) for r in cpus[i:]]
+        return []
 
     def probe_numa(self):
         nodes = [os.path.basename(n) for n in self.glob("/sys/devices/system/node/node[0-9]*")]
