@@ -12,11 +12,57 @@ import re
 import pytest
 
 
+class Reads:
+    """A host's reads, each made once for the whole verify run: the oracle only reads and the
+    host does not change while it does, so a command or file several tests ask for is one
+    SSH round trip a worker, not one a test (the seed host and its container: 144 SSH
+    commands before, 133 after, with verify's two workers). Everything else is testinfra's
+    host as it is."""
+
+    def __init__(self, host, memo: dict):
+        self._host = host
+        self._memo = memo
+
+    def _once(self, key: tuple, read):
+        if key not in self._memo:
+            self._memo[key] = read()
+        return self._memo[key]
+
+    def run(self, command: str):
+        return self._once(("run", command), lambda: self._host.run(command))
+
+    def exists(self, command: str) -> bool:
+        return self._once(("exists", command), lambda: self._host.exists(command))
+
+    def file(self, path: str) -> "ReadFile":
+        return ReadFile(self, path)
+
+    def __getattr__(self, name: str):
+        return getattr(self._host, name)
+
+
+class ReadFile:
+    """The two things the tests read of a file, each once a run."""
+
+    def __init__(self, reads: Reads, path: str):
+        self._reads, self.path = reads, path
+
+    @property
+    def exists(self) -> bool:
+        return self._reads._once(("file-exists", self.path), lambda: self._reads._host.file(self.path).exists)
+
+    @property
+    def content_string(self) -> str:
+        return self._reads._once(("file-content", self.path), lambda: self._reads._host.file(self.path).content_string)
+
+
 class View:
     """What a test needs to know about the host before judging it."""
 
     def __init__(self, host):
-        self.host = host
+        self._memo: dict = {}
+        self.host = Reads(host, self._memo)
+        host = self.host
         env = host.run("cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'").stdout
         self.container = bool(re.search(r"^container=", env, re.M)) or host.file("/run/systemd/container").exists
         self.cmdline = host.file("/proc/cmdline").content_string.split()
@@ -64,7 +110,7 @@ def view(host):
     if name not in _VIEWS:
         _VIEWS[name] = View(host)
     cached = _VIEWS[name]
-    cached.host = host          # this test's connection; the facts read once stay
+    cached.host = Reads(host, cached._memo)     # this test's connection; what was read once stays
     return cached
 
 
