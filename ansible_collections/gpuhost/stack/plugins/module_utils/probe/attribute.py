@@ -16,7 +16,7 @@ def read_attribute(path, limit=None):
     smallest page, is the end. A buffered open() reads once more to see the end (and a
     probe reads about ten files a CPU). The same rule holds for a regular file.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY)       # not inherited: Python opens every fd close-on-exec (PEP 446)
     try:
         chunks = []
         size = 0
