@@ -6,12 +6,12 @@ from __future__ import absolute_import, division, print_function
 
 import os
 
+# systemd.unit(5)'s system unit load path, the administrator's first: the one units.py reads units by
+from ansible_collections.gpuhost.stack.plugins.module_utils.probe.units import UNIT_DIRS
+
 __metaclass__ = type
 
 FM_UNIT = "nvidia-fabricmanager.service"
-# systemd.unit(5)'s system unit load path, the administrator's first
-UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
-             "/usr/lib/systemd/system", "/lib/systemd/system")
 
 
 class FabricProbe:
