@@ -61,8 +61,7 @@ class View:
 
     def __init__(self, host):
         self._memo: dict = {}
-        self.host = Reads(host, self._memo)
-        host = self.host
+        host = self.host = Reads(host, self._memo)
         env = host.run("cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'").stdout
         self.container = bool(re.search(r"^container=", env, re.M)) or host.file("/run/systemd/container").exists
         self.cmdline = host.file("/proc/cmdline").content_string.split()
