@@ -283,7 +283,7 @@ def test_grub_cfg_is_the_real_grub_mkconfigs_and_the_scenarios_writer_reads_the_
     (tmp_path / "etc/default/grub.d").mkdir(parents=True)
     (tmp_path / "etc/default/grub").write_text(lab.out(host, "cat /etc/default/grub") + "\n")
     (tmp_path / "var/lib/gpuhost-lab").mkdir(parents=True)
-    (tmp_path / "var/lib/gpuhost-lab/grub-probe.json").write_text(lab.out(host, "cat /var/lib/gpuhost-lab/grub-probe.json"))
+    (tmp_path / "var/lib/gpuhost-lab/grub-probe.conf").write_text(lab.out(host, "cat /var/lib/gpuhost-lab/grub-probe.conf") + "\n")
     ours = shimlib.grub_cfg(["6.1.0-26-amd64", "6.12.9+bpo-amd64"], shimlib.grub_settings(str(tmp_path)),
                             shimlib.grub_device(str(tmp_path)))
 

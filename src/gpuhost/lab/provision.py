@@ -570,7 +570,7 @@ def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -
         if spec.is_proxmox:
             _write(root, "etc/default/grub.d/proxmox-ve.cfg", 'GRUB_DISTRIBUTOR="Proxmox VE"\n')
         (root / "boot/grub").mkdir(parents=True, exist_ok=True)
-        _write(root, shimlib.GRUB_PROBE_CONF.lstrip("/"), json.dumps(grub_device(spec)) + "\n")
+        _write(root, shimlib.GRUB_PROBE_CONF.lstrip("/"), shimlib.grub_probe_conf(grub_device(spec)))
         out = shimlib.ESP_GRUB_CFG if spec.boot.loader == "grub-esp" else shimlib.GRUB_CFG
         # a pin is GRUB's default entry by id (proxmox-kernel-helper's set_grub_default): the
         # id is in grub.cfg, so the first grub.cfg is made before the pin is written
