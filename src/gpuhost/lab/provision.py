@@ -10,10 +10,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import py_compile
 import re
 import shutil
 import subprocess
+import sys
 import uuid
+import importlib.util
 from importlib import resources
 from pathlib import Path
 
@@ -143,6 +146,7 @@ def install_shims(root: Path, spec: AnySpec) -> None:
     shim_dir = root / SHIM_DIR
     shim_dir.mkdir(parents=True, exist_ok=True)
     _sync(src / "shimlib.py", shim_dir / "shimlib.py", 0o644)
+    _compile_for_hosts(shim_dir / "shimlib.py")
     for tool in ("systemctl", "uname"):         # the real ones, which the shims call
         real = shim_dir / f"{tool}.real"
         if not real.exists() and Path(f"/usr/bin/{tool}").is_file() and not Path(f"/usr/bin/{tool}").is_symlink():
@@ -175,6 +179,18 @@ def install_shims(root: Path, spec: AnySpec) -> None:
     pth = root / PY_SITE / "gpuhost_lab_uname.pth"
     if not pth.is_file() or pth.read_text() != "import gpuhost_lab_uname\n":
         _write(root, f"{PY_SITE}/gpuhost_lab_uname.pth", "import gpuhost_lab_uname\n")
+
+
+def _compile_for_hosts(source: Path) -> None:
+    """Byte-compile a module the shims import, as Debian's py3compile does a package's
+    modules at install: a shim runs with sys.dont_write_bytecode (a tool run leaves nothing
+    on the disk), so without this every run compiles it again. Only where this Python is the
+    hosts' /usr/bin/python3 (the same bytecode); elsewhere the shims read the source."""
+    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+        return
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    if not cached.is_file() or cached.stat().st_mtime < source.stat().st_mtime:
+        py_compile.compile(str(source), cfile=str(cached), doraise=True)
 
 
 def _sync(src: Path, dest: Path, mode: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 
 CTL = "/run/gpuhost-lab"                          # the lab's control files, per host
@@ -197,6 +196,7 @@ def grub_settings(root: str = "/") -> dict[str, str]:
     script = ('. "$1/etc/default/grub"; for f in "$1"/etc/default/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done; '
               'printf "%s\\0%s\\0%s\\0%s\\0%s" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT" '
               '"${GRUB_DISTRIBUTOR:-Debian}" "${GRUB_DEFAULT:-0}" "$GRUB_DISABLE_SUBMENU"')
+    import subprocess       # here, not at the top: most shim runs never start a process
     res = subprocess.run(["/bin/sh", "-c", script, "sh", root.rstrip("/")], capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(res.stderr.strip() or "cannot read /etc/default/grub")
@@ -216,6 +216,7 @@ def run_grub_mkconfig(out: str = GRUB_CFG) -> None:
     lab's grub-probe standing in for the disk it cannot see."""
     os.makedirs(os.path.dirname(out), exist_ok=True)
     os.makedirs("/boot/grub", exist_ok=True)           # 05_debian_theme cds into it
+    import subprocess
     res = subprocess.run(["/usr/sbin/grub-mkconfig", "-o", out], stdin=subprocess.DEVNULL, capture_output=True, text=True)
     sys.stderr.write(res.stderr)
     if res.returncode != 0:
