@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The audit's wall time on the seed host, next to one `setup` (gather_subset=min) task.
 
-    .venv/bin/python benchmarks/audit_vs_setup.py [--runs 5]
+    .venv/bin/python benchmarks/audit_vs_setup.py [--runs 5] [--halt-poll-ns 200000]
 
 Both run in the same lab, alternately, with gpuhost's ansible.cfg (same SSH settings):
 `gpuhost audit -i INVENTORY --limit pve-gpu1` (the whole command: inventory check, the
@@ -19,9 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
-from gpuhost import COLLECTION
-from gpuhost.lab import manager
+sys.path.insert(0, str(Path(__file__).parent))
+from halt_poll import describe, halt_poll  # noqa: E402
+
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG  # noqa: E402
+from gpuhost import COLLECTION  # noqa: E402
+from gpuhost.lab import manager  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT.parent / "shared/hosts/pve-gpu1.yml"
@@ -87,11 +90,13 @@ def lab_audit_and_setup(specs: list[str], tmp: Path, runs: int, limit: list[str]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--halt-poll-ns", type=int, metavar="NS",
+                    help="guest_halt_poll_ns for the run, put back after (see benchmarks/halt_poll.py)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpuhost-bench-") as tmp:
+    with halt_poll(args.halt_poll_ns) as ns, tempfile.TemporaryDirectory(prefix="gpuhost-bench-") as tmp:
         a, s = lab_audit_and_setup([str(SEED)], Path(tmp), args.runs, ["--limit", "pve-gpu1"], (0, 2))
     ma, ms = statistics.median(a), statistics.median(s)
-    print(f"seed host pve-gpu1, {args.runs} runs each, medians")
+    print(f"seed host pve-gpu1, {args.runs} runs each, medians; {describe(ns)}")
     print(f"  gpuhost audit ({len(CATALOG)} controls)       {ma:6.2f} s   (min {min(a):.2f}, max {max(a):.2f})")
     print(f"  ansible-playbook setup (min)      {ms:6.2f} s   (min {min(s):.2f}, max {max(s):.2f})")
     print(f"  ratio                             {ma / ms:6.2f}   (goal <= 1.2)")
