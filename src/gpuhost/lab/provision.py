@@ -7,6 +7,7 @@ that would make the host contact the network or start the machine's own services
 """
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -16,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import uuid
-import importlib.util
 from importlib import resources
 from pathlib import Path
 
