@@ -369,7 +369,7 @@ def grub_device(spec: HostSpec) -> dict:
     device = given or f"/dev/mapper/{vg}-root"
     lvm = device.startswith("/dev/mapper/")
     return {"device": device, "fs_uuid": fs_uuid, "abstraction": "lvm" if lvm else "",
-            "hint": "lvmid/3pNoJN-HBLW-3wNo-n0bn-XBGW-XHHa-m3Sdnm/3M9AR2-PpJ4-JzJG-ehUl-hJbn-4QTK-PQ1wD8" if lvm else ""}
+            "compatibility_hint": "lvmid/3pNoJN-HBLW-3wNo-n0bn-XBGW-XHHa-m3Sdnm/3M9AR2-PpJ4-JzJG-ehUl-hJbn-4QTK-PQ1wD8" if lvm else ""}
 
 
 def real_grub_mkconfig(root: Path, out: str) -> None:

@@ -53,8 +53,7 @@ def write(path: str, text: str) -> None:
 # what the host's grub-probe shim answers about the root device: one "target value" line a
 # target (grub-probe(8)'s --target names), read by that shell script and by grub_device()
 GRUB_PROBE_CONF = STATE + "/grub-probe.conf"
-GRUB_PROBE_TARGETS = {"device": "device", "fs_uuid": "fs_uuid", "abstraction": "abstraction",
-                      "compatibility_hint": "hint"}
+GRUB_PROBE_TARGETS = ("device", "fs_uuid", "abstraction", "compatibility_hint")
 GRUB_PIN_SNIPPET = "/etc/default/grub.d/proxmox-kernel-pin.cfg"
 
 
@@ -65,12 +64,12 @@ def grub_device(root: str = "/") -> dict:
             lines = [line.rstrip("\n").split(" ", 1) for line in f]
     except OSError:
         return {"device": "/dev/mapper/pve-root", "fs_uuid": "6f1d8b5e-3c2a-4e8b-9f7a-2b1c0d9e8f71", "abstraction": "lvm"}
-    return {GRUB_PROBE_TARGETS[w[0]]: (w[1] if len(w) > 1 else "") for w in lines if w[0] in GRUB_PROBE_TARGETS}
+    return {w[0]: (w[1] if len(w) > 1 else "") for w in lines if w[0] in GRUB_PROBE_TARGETS}
 
 
 def grub_probe_conf(device: dict) -> str:
     """GRUB_PROBE_CONF's text for a grub_device() record."""
-    return "".join(f"{target} {device.get(key) or ''}\n" for target, key in GRUB_PROBE_TARGETS.items())
+    return "".join(f"{target} {device.get(target) or ''}\n" for target in GRUB_PROBE_TARGETS)
 
 
 def grub_quote(text: str) -> str:

@@ -52,7 +52,7 @@ class CpuProbe:
                     if first and os.path.exists(self.p(first + "/" + name))]
         for d in dirs:
             rel = self.rel(d)
-            pol = {"id": int(re.sub(r"\D", "", os.path.basename(d)) or 0),
+            pol = {"id": _number(d),
                    "governor": self.read1(rel + "/scaling_governor")}
             epp = self.read1(rel + "/energy_performance_preference") if "energy_performance_preference" in optional else None
             if epp is not None:
@@ -98,11 +98,10 @@ class CpuProbe:
         A kernel that can give CPUs drivers of their own (CONFIG_CPU_IDLE_MULTIPLE_DRIVERS,
         which adds cpuidle/driver/) has each CPU's own list read."""
         cpus = sorted((self.rel(d) for d in self.glob("/sys/devices/system/cpu/cpu[0-9]*")),
-                      key=lambda rel: int(re.sub(r"\D", "", os.path.basename(rel)) or 0))
+                      key=_number)
 
         def listed(rel):
-            return sorted(int(re.sub(r"\D", "", os.path.basename(d)))
-                          for d in self.glob(rel + "/cpuidle/state[0-9]*"))
+            return sorted(_number(d) for d in self.glob(rel + "/cpuidle/state[0-9]*"))
 
         for i, rel in enumerate(cpus):
             indexes = listed(rel)
@@ -116,6 +115,11 @@ class CpuProbe:
     def probe_numa(self):
         nodes = [os.path.basename(n) for n in self.glob("/sys/devices/system/node/node[0-9]*")]
         return {"nodes": len(nodes) or 1}
+
+
+def _number(path):
+    """The number a sysfs entry's name ends in: policy12 -> 12, cpu3 -> 3, state2 -> 2."""
+    return int(re.sub(r"\D", "", os.path.basename(path)) or 0)
 
 
 def _int(text):
