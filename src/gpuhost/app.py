@@ -73,7 +73,7 @@ class App:
 
     # ---- running ----------------------------------------------------------------------------
     def play(self, title: str, inventory, check: bool, limit: str | None, extra: dict | None = None,
-             playbook: str = "audit.yml") -> RunResult:
+             playbook: str = "audit.yml", tags: list[str] | None = None) -> RunResult:
         """Run one of gpuhost's playbooks: audit.yml (read and judge, one task per host),
         site.yml (with check, every fix previewed; without, applied) or reboot.yml."""
         audit = playbook == "audit.yml"
@@ -85,11 +85,12 @@ class App:
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             flags = list(self.o.connection)
-            if self.o.controls and playbook == "site.yml":
+            tags = tags or (self.o.controls if playbook == "site.yml" else None)
+            if tags:
                 # each control's tasks carry its ID as a tag (and everything else is `always`):
                 # Ansible drops the other controls' tasks when it reads the play, where each would
                 # otherwise start a worker per host only to be skipped
-                flags += ["--tags", ",".join(self.o.controls)]
+                flags += ["--tags", ",".join(tags)]
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
                               extravars={**self.extravars(), **(extra or {})}, on_event=progress.event,
                               task_timeout=self.o.task_timeout, cancel=cancel, flags=flags)
@@ -192,8 +193,13 @@ class App:
                     self.err.print("nothing changed")
                     return self.finish("fix", before, before)
                 limit = ",".join(plan)
+                # the fix applies what was planned (and confirmed): only the planned controls'
+                # tasks run (--tags); the judgement, under the host's lock before the fixes and
+                # again after them, still covers every control the run selected
+                planned = sorted({f["control"] for fs in plan.values() for f in fs})
+                judged = {"gpuhost_controls": self.o.controls or list(BY_ID)}
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
-                                   extra=self.lock_vars(), playbook="site.yml")
+                                   extra={**self.lock_vars(), **judged}, playbook="site.yml", tags=planned)
                 after.update(self.applied(before, self.hosts_from(result, list(plan)), result.in_flight))
                 if self.o.diff:
                     rep.render_diffs(result.diffs, self.console)
