@@ -24,7 +24,8 @@ def run_verify(inventory: str | None, limit: str | None, junit: str | None = Non
         args.append(f"--junitxml={Path(junit).expanduser().resolve()}")
     import importlib.util
     if inventory and importlib.util.find_spec("xdist"):
-        # hosts are read over SSH one test at a time: a few workers read a fleet in parallel
+        # hosts are read over SSH one test at a time: a few workers read a fleet in parallel,
+        # each host's tests on one worker (tests/verify/conftest.py), so a host is read once
         args += ["-n", str(min(8, os.cpu_count() or 1))]
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="True",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}")
