@@ -129,11 +129,19 @@ def test_the_inventory_check_covers_every_variable_the_role_declares():
     ("gpuhost_lxc_restart", "maybe", "gpuhost_lxc_restart: must be true or false"),
     ("gpuhost_reboot_ok", 2, "gpuhost_reboot_ok: must be true or false"),
     ("gpuhost_kernel_min_version", 6.14, "gpuhost_kernel_min_version: must be a string"),
+    ("gpuhost_controls_skip", ["cpu.turbo"], "gpuhost_controls_skip: unknown control 'cpu.turbo'"),
+    ("gpuhost_waivers", None, "gpuhost_waivers: has no value (null): give one, or remove the line to keep the default"),
+    ("gpuhost_waivers", [{"control": "pcie.mrrs", "reason": "a", "expires": "2030-01-01"},
+                         {"control": "pcie.mrrs", "reason": "b", "expires": "2031-01-01"}],
+     "gpuhost_waivers[1]: a second waiver for pcie.mrrs (the first is gpuhost_waivers[0])"),
+    ("gpuhost_waivers", [{"control": "pcie.mrrs", "expires": "2030-01-01"}], "gpuhost_waivers[0]: a waiver needs a reason"),
+    ("gpuhost_waivers", [{"control": "pcie.mrrs", "reason": "x", "expires": "2030-02-30"}],
+     "gpuhost_waivers[0]: expires is not a real date: 2030-02-30"),
 ])
 def test_the_inventory_check_names_the_bad_variable(var, value, message):
     from gpuhost.inventory import InventoryError, check_vars
 
-    with pytest.raises(InventoryError, match=re.escape(f"host h1: {message}")):
+    with pytest.raises(InventoryError, match="^" + re.escape(f"host h1: {message}")):
         check_vars("h1", {var: value})
 
 
