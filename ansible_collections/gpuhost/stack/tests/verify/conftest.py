@@ -118,7 +118,8 @@ def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (verify reads a fleet with a few workers) each host's tests go to
     one worker, so its View and its reads are made once, not once a worker (27 lab hosts on
     2 workers: 1,899 SSH commands before). xdist's loadscope scheduling, with the host (the
-    test's parameter) as the scope."""
+    test's parameter) as the scope: not xdist_group marks and --dist loadgroup, which stop
+    grouping, silently, on pytest 9.2's structured node IDs (pytest-dev/pytest-xdist#1386)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByHost(LoadScopeScheduling):
