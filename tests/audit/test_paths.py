@@ -838,3 +838,38 @@ def test_a_signal_while_waiting_for_a_lock_stops_the_wait_at_once(make_lab, tmp_
     host = json.loads((tmp_path / "r.json").read_text())["hosts"]["pve-gpu1"]
     assert "stopped while waiting for the host's lock" in host["error"], host
     assert lab.disk("pve-gpu1") == disk, "nothing changed"
+
+
+def test_a_fix_applies_its_plan_and_nothing_that_drifted_after_it(make_lab, tmp_path):
+    """The plan is what the operator agreed to: a control that drifts between the audit and
+    the fix (here while the fix waits for another run's lock) is judged, under the lock and
+    after, and reported (for the next `fix` to plan), but its fix does not run."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import SEED_HOST, ci_stdin
+
+    lab = make_lab(SEED_HOST)
+    controls = ["--controls", "numa.balancing,cpu.governor"]
+    _foreign_lock(lab, "pve-gpu1")
+    with ci_stdin() as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes", *controls,
+                                 "--json", str(tmp_path / "r.json")],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        plan = []
+        for line in proc.stderr:
+            plan.append(line)
+            if "pve-gpu1: waiting for another run's lock" in line:
+                break
+        # meanwhile a person sets the first CPU policy's governor to powersave, and the holder leaves
+        lab.ssh("pve-gpu1", "echo powersave > /sys/devices/system/cpu/cpufreq/policy0/scaling_governor"
+                            " && rm /run/gpuhost/fix.lock")
+        out, err = proc.communicate(timeout=300)
+    assert "  numa.balancing: " in "".join(plan) and "cpu.governor" not in "".join(plan), plan
+    assert proc.returncode == 2, err
+    host = json.loads((tmp_path / "r.json").read_text())["hosts"]["pve-gpu1"]
+    assert {f["control"]: (f["status"], f["changed"]) for f in host["findings"]} == {
+        "numa.balancing": ("pass", True), "cpu.governor": ("drift", False)}, host
+    assert lab.out("pve-gpu1", "cat /sys/devices/system/cpu/cpufreq/policy0/scaling_governor") == "powersave", \
+        "not in the plan: left as found"
