@@ -694,8 +694,6 @@ def _playbooks(pid: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    import os
-
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
