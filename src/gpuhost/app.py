@@ -180,7 +180,7 @@ class App:
 
     def fix(self) -> int:
         inventory = self.inventory()
-        with self.interruptible() as stop, self.registered():
+        with self.interruptible(), self.registered():
             first = self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit)
             before = self.hosts_from(first, first.hosts)
             plan = {n: [f for f in h["findings"].values() if f["status"] == "drift"] for n, h in before.items()

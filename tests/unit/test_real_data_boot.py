@@ -7,7 +7,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import scenarios
 from test_scenarios import BASE, _render
 
 from ansible_collections.gpuhost.stack.plugins.module_utils import controls, lxcconf
