@@ -195,9 +195,10 @@ class App:
                 limit = ",".join(plan)
                 # the fix applies what was planned (and confirmed): only the planned controls'
                 # tasks run (--tags); the judgement, under the host's lock before the fixes and
-                # again after them, still covers every control the run selected
+                # again after them, still covers every control the run selected (--tags alone
+                # would narrow it to the tagged ones; --controls already names them)
                 planned = sorted({f["control"] for fs in plan.values() for f in fs})
-                judged = {"gpuhost_controls": self.o.controls or list(BY_ID)}
+                judged = {} if self.o.controls else {"gpuhost_controls": list(BY_ID)}
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
                                    extra={**self.lock_vars(), **judged}, playbook="site.yml", tags=planned)
                 after.update(self.applied(before, self.hosts_from(result, list(plan)), result.in_flight))
