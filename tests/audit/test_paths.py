@@ -3,6 +3,7 @@ with no GPU, Proxmox or IOMMU, a container with a mismatched driver, container c
 with snapshot sections, inventory variables and bad input."""
 from __future__ import annotations
 
+import contextlib
 import re
 
 import datetime as dt
@@ -713,27 +714,40 @@ def _foreign_lock(lab, host: str) -> None:
     lab.ssh(host, f"mkdir -p /run/gpuhost && echo '{held}' > /run/gpuhost/fix.lock")
 
 
+@contextlib.contextmanager
+def _fix_waiting_for_a_lock(lab, host: str, cwd, *args: str):
+    """A `gpuhost fix --yes ARGS` started in the background (under a CI runner's stdin), read
+    until it says it waits for *host*'s lock: its process, and the lines it printed till then."""
+    import subprocess
+    import sys
+
+    from conftest import ci_stdin
+
+    with ci_stdin() as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes", *args],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if f"{host}: waiting for another run's lock" in line:
+                break
+        yield proc, said
+
+
 def test_runs_wait_for_host_locks_in_one_order_and_never_on_each_other(make_lab, tmp_path):
     """Issue 19: two fixes took two hosts' locks in opposite orders and waited on each other.
     A run now holds no lock while it waits for one out of order: it tries every host at
     once, gives everything back when one is busy, then waits host by host in name order."""
     import json
-    import subprocess
-    import sys
     import time
 
-    from conftest import SEED_HOST, ci_stdin
+    from conftest import SEED_HOST
 
     lab = make_lab(SEED_HOST, SPECS / "matrix/debian13-intel.yml")
     controls = "numa.balancing,cpu.governor"
     _foreign_lock(lab, "debian13")           # first in name order
-    with ci_stdin() as stdin:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes",
-                                 "--controls", controls, "--lock-timeout", "120", "--json", str(tmp_path / "a.json")],
-                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        for line in proc.stderr:
-            if "debian13: waiting for another run's lock" in line:
-                break
+    with _fix_waiting_for_a_lock(lab, "debian13", tmp_path, "--controls", controls, "--lock-timeout", "120",
+                                 "--json", str(tmp_path / "a.json")) as (proc, _):
         # while it waits for debian13 it holds nothing, least of all pve-gpu1 (which it found free)
         for _ in range(4):
             assert not _lock_held(lab, "pve-gpu1"), "a waiting run holds no other host's lock"
@@ -812,22 +826,15 @@ def test_a_killed_run_leaves_no_orphan_and_no_lock_to_wait_for(make_lab, tmp_pat
 
 def test_a_signal_while_waiting_for_a_lock_stops_the_wait_at_once(make_lab, tmp_path):
     import json
-    import subprocess
-    import sys
     import time
 
-    from conftest import SEED_HOST, ci_stdin
+    from conftest import SEED_HOST
 
     lab = make_lab(SEED_HOST)
     _foreign_lock(lab, "pve-gpu1")
     disk = lab.disk("pve-gpu1")
-    with ci_stdin() as stdin:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes",
-                                 "--controls", "numa.balancing", "--json", str(tmp_path / "r.json")],
-                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        for line in proc.stderr:
-            if "pve-gpu1: waiting for another run's lock" in line:
-                break
+    with _fix_waiting_for_a_lock(lab, "pve-gpu1", tmp_path, "--controls", "numa.balancing",
+                                 "--json", str(tmp_path / "r.json")) as (proc, _):
         sent = time.monotonic()
         proc.terminate()
         out, err = proc.communicate(timeout=120)
@@ -843,23 +850,13 @@ def test_a_fix_applies_its_plan_and_nothing_that_drifted_after_it(make_lab, tmp_
     the fix (here while the fix waits for another run's lock) is judged, under the lock and
     after, and reported (for the next `fix` to plan), but its fix does not run."""
     import json
-    import subprocess
-    import sys
 
-    from conftest import SEED_HOST, ci_stdin
+    from conftest import SEED_HOST
 
     lab = make_lab(SEED_HOST)
-    controls = ["--controls", "numa.balancing,cpu.governor"]
     _foreign_lock(lab, "pve-gpu1")
-    with ci_stdin() as stdin:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "fix", "-i", str(lab.inventory), "--yes", *controls,
-                                 "--json", str(tmp_path / "r.json")],
-                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        plan = []
-        for line in proc.stderr:
-            plan.append(line)
-            if "pve-gpu1: waiting for another run's lock" in line:
-                break
+    with _fix_waiting_for_a_lock(lab, "pve-gpu1", tmp_path, "--controls", "numa.balancing,cpu.governor",
+                                 "--json", str(tmp_path / "r.json")) as (proc, plan):
         # meanwhile a person sets the first CPU policy's governor to powersave, and the holder leaves
         lab.ssh("pve-gpu1", "echo powersave > /sys/devices/system/cpu/cpufreq/policy0/scaling_governor"
                             " && rm /run/gpuhost/fix.lock")

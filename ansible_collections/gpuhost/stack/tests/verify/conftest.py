@@ -132,4 +132,3 @@ def pytest_xdist_make_scheduler(config, log):
 def host_level(view: View) -> bool:
     """Host-level controls hold for the machine, not for a container on it."""
     return not view.container
-
