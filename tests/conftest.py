@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 
 from gpuhost import COLLECTION  # noqa: F401  (the collection gpuhost.stack, for the tests)
-from gpuhost.lab import manager
+from gpuhost.lab import manager, provision
 from gpuhost.lab.layout import LabLayout
+
+# every lab the tests bring up (molecule's and the README's too: they inherit this) keeps the
+# bytecode of Ansible's module zips on its hosts: the same modules compile once per host boot,
+# not at every task (shims/gpuhost_lab_bytecode.py); behaviour is the same, only faster
+os.environ.setdefault(provision.BYTECODE_CACHE_ENV, "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -175,3 +175,53 @@ def test_enabled_units_start_in_systemds_order(tmp_path):
     (units / "b-early.service.d").mkdir()
     (units / "b-early.service.d/order.conf").write_text("[Unit]\nBefore=a-limit.service m-plain.service\n")
     assert kernel.enabled_units(tmp_path) == ["/bin/early", "/bin/plain", "/bin/daemon", "/bin/limit"]
+
+
+def test_the_hosts_bytecode_cache_compiles_a_zipped_module_once_and_never_serves_stale_code(tmp_path):
+    """shims/gpuhost_lab_bytecode.py: what a lab host's Python compiles from a zip (Ansible's
+    module payloads) is compiled once; the same source from another zip is read from the
+    cache under that zip's own file name; changed source is compiled again."""
+    import json
+    import subprocess
+    import sys
+    import zipfile
+
+    from gpuhost.lab import provision
+
+    cache = tmp_path / "cache"
+
+    def import_from(zip_name: str, value: int) -> dict:
+        payload = tmp_path / zip_name
+        with zipfile.ZipFile(payload, "w") as z:
+            z.writestr("pkg/__init__.py", "")
+            z.writestr("pkg/mod.py", f"VALUE = {value}\n\ndef where():\n    return where.__code__.co_filename\n")
+        script = (f"import json, sys; sys.path.insert(0, {str(provision.shim_source())!r})\n"
+                  "import gpuhost_lab_bytecode as hook\n"
+                  f"hook.CACHE = {str(cache)!r}\n"
+                  "compiled, real = [], hook._compile\n"
+                  "hook._compile = lambda path, source: compiled.append(path.rsplit('/', 1)[-1]) or real(path, source)\n"
+                  f"sys.path.insert(0, {str(payload)!r})\n"
+                  "import pkg.mod\n"
+                  "print(json.dumps({'value': pkg.mod.VALUE, 'file': pkg.mod.where(), 'compiled': sorted(compiled)}))\n")
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, check=True).stdout
+        return json.loads(out)
+
+    first = import_from("AnsiballZ_a.zip", 1)
+    assert first == {"value": 1, "file": f"{tmp_path}/AnsiballZ_a.zip/pkg/mod.py", "compiled": ["__init__.py", "mod.py"]}
+    assert len(list(cache.iterdir())) == 2
+    again = import_from("AnsiballZ_b.zip", 1)
+    assert again == {"value": 1, "file": f"{tmp_path}/AnsiballZ_b.zip/pkg/mod.py", "compiled": []}, \
+        "the cached code, under the file name of the zip it came from this time"
+    changed = import_from("AnsiballZ_c.zip", 2)
+    assert changed == {"value": 2, "file": f"{tmp_path}/AnsiballZ_c.zip/pkg/mod.py", "compiled": ["mod.py"]}
+
+
+def test_the_bytecode_cache_is_on_a_host_only_where_the_lab_was_asked_for_it(tmp_path):
+    from gpuhost.lab import provision
+
+    site = tmp_path / provision.PY_SITE
+    provision.install_bytecode_cache(tmp_path, True)
+    assert (site / "gpuhost_lab_bytecode.pth").read_text() == "import gpuhost_lab_bytecode\n"
+    assert (site / "gpuhost_lab_bytecode.py").read_bytes() == (provision.shim_source() / "gpuhost_lab_bytecode.py").read_bytes()
+    provision.install_bytecode_cache(tmp_path, False)
+    assert sorted(p.name for p in site.rglob("*gpuhost_lab_bytecode*")) == []

@@ -179,6 +179,27 @@ def install_shims(root: Path, spec: AnySpec) -> None:
     pth = root / PY_SITE / "gpuhost_lab_uname.pth"
     if not pth.is_file() or pth.read_text() != "import gpuhost_lab_uname\n":
         _write(root, f"{PY_SITE}/gpuhost_lab_uname.pth", "import gpuhost_lab_uname\n")
+    install_bytecode_cache(root, os.environ.get(BYTECODE_CACHE_ENV) == "1")
+
+
+# `gpuhost lab up` with this set to 1 gives its hosts' Python a cache of what it compiles
+# from Ansible's module zips (shims/gpuhost_lab_bytecode.py): the test suite sets it, for
+# speed; the benchmarks and the README's lab measure hosts as they are, without it
+BYTECODE_CACHE_ENV = "GPUHOST_LAB_BYTECODE_CACHE"
+
+
+def install_bytecode_cache(root: Path, wanted: bool) -> None:
+    """The cache's hook in the host's site-packages where wanted, and nowhere else: the
+    supervisor's environment decides it at every boot, so a lab is one thing or the other."""
+    hook, pth = root / PY_SITE / "gpuhost_lab_bytecode.py", root / PY_SITE / "gpuhost_lab_bytecode.pth"
+    if wanted:
+        _sync(shim_source() / "gpuhost_lab_bytecode.py", hook, 0o644)
+        _compile_for_hosts(hook)
+        if not pth.is_file() or pth.read_text() != "import gpuhost_lab_bytecode\n":
+            _write(root, f"{PY_SITE}/gpuhost_lab_bytecode.pth", "import gpuhost_lab_bytecode\n")
+    else:
+        for path in (pth, hook, Path(importlib.util.cache_from_source(str(hook)))):
+            path.unlink(missing_ok=True)
 
 
 def _compile_for_hosts(source: Path) -> None:
