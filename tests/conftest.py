@@ -14,11 +14,6 @@ from gpuhost import COLLECTION  # noqa: F401  (the collection gpuhost.stack, for
 from gpuhost.lab import manager, provision
 from gpuhost.lab.layout import LabLayout
 
-# every lab the tests bring up (molecule's and the README's too: they inherit this) keeps the
-# bytecode of Ansible's module zips on its hosts: the same modules compile once per host boot,
-# not at every task (shims/gpuhost_lab_bytecode.py); behaviour is the same, only faster
-os.environ.setdefault(provision.BYTECODE_CACHE_ENV, "1")
-
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 SEED_HOST = SHARED / "hosts/pve-gpu1.yml"
@@ -85,6 +80,15 @@ class LabHandle:
             else:
                 out[rel] = ("other", st.st_mode, st.st_rdev)
         return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lab_bytecode_cache(tmp_path_factory):
+    """Every lab the tests bring up (molecule's and the README's too: they inherit this) keeps
+    the bytecode of Ansible's module zips in one directory its hosts share: the same modules
+    compile once per test worker, not at every task (shims/gpuhost_lab_bytecode.py). What the
+    modules do is the same; only faster."""
+    os.environ.setdefault(provision.BYTECODE_CACHE_ENV, str(tmp_path_factory.getbasetemp() / "lab-bytecode"))
 
 
 @pytest.fixture

@@ -216,8 +216,14 @@ def test_the_hosts_bytecode_cache_compiles_a_zipped_module_once_and_never_serves
     assert changed == {"value": 2, "file": f"{tmp_path}/AnsiballZ_c.zip/pkg/mod.py", "compiled": ["mod.py"]}
 
 
-def test_the_bytecode_cache_is_on_a_host_only_where_the_lab_was_asked_for_it(tmp_path):
+def test_the_bytecode_cache_is_on_a_host_only_where_the_lab_was_asked_for_it(tmp_path, monkeypatch):
     from gpuhost.lab import provision
+
+    for off in ("", "0"):
+        monkeypatch.setenv(provision.BYTECODE_CACHE_ENV, off)
+        assert provision.bytecode_cache() is None
+    monkeypatch.setenv(provision.BYTECODE_CACHE_ENV, str(tmp_path / "shared"))
+    assert provision.bytecode_cache() == str(tmp_path / "shared") and (tmp_path / "shared").is_dir()
 
     site = tmp_path / provision.PY_SITE
     provision.install_bytecode_cache(tmp_path, True)

@@ -179,18 +179,29 @@ def install_shims(root: Path, spec: AnySpec) -> None:
     pth = root / PY_SITE / "gpuhost_lab_uname.pth"
     if not pth.is_file() or pth.read_text() != "import gpuhost_lab_uname\n":
         _write(root, f"{PY_SITE}/gpuhost_lab_uname.pth", "import gpuhost_lab_uname\n")
-    install_bytecode_cache(root, os.environ.get(BYTECODE_CACHE_ENV) == "1")
+    install_bytecode_cache(root, bytecode_cache() is not None)
 
 
-# `gpuhost lab up` with this set to 1 gives its hosts' Python a cache of what it compiles
-# from Ansible's module zips (shims/gpuhost_lab_bytecode.py): the test suite sets it, for
-# speed; the benchmarks and the README's lab measure hosts as they are, without it
+# `gpuhost lab up` with this set to a directory gives its hosts' Python a cache, kept there,
+# of what it compiles from Ansible's module zips (shims/gpuhost_lab_bytecode.py): every host
+# of every lab that names the same directory shares it. The test suite sets it, for speed;
+# the benchmarks and the README's lab measure hosts as they are, without it
 BYTECODE_CACHE_ENV = "GPUHOST_LAB_BYTECODE_CACHE"
+
+
+def bytecode_cache() -> str | None:
+    """The directory the hosts share their compiled module code in, made when first named."""
+    directory = os.environ.get(BYTECODE_CACHE_ENV, "")
+    if not directory or directory == "0":
+        return None
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return os.path.abspath(directory)
 
 
 def install_bytecode_cache(root: Path, wanted: bool) -> None:
     """The cache's hook in the host's site-packages where wanted, and nowhere else: the
-    supervisor's environment decides it at every boot, so a lab is one thing or the other."""
+    supervisor's environment decides it at every boot (and init-outer mounts the directory
+    at the hook's /run/gpuhost-lab-bytecode), so a lab is one thing or the other."""
     hook, pth = root / PY_SITE / "gpuhost_lab_bytecode.py", root / PY_SITE / "gpuhost_lab_bytecode.pth"
     if wanted:
         _sync(shim_source() / "gpuhost_lab_bytecode.py", hook, 0o644)

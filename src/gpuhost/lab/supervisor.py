@@ -168,7 +168,7 @@ class Supervisor:
         console = open(self.layout.host_dir(h.name) / "console.log", "ab")
         cmd = ["unshare", "--pid", "--uts", "--mount", "--fork", "--propagation", "private", "--kill-child",
                "/bin/bash", str(provision.shim_source() / "init-outer"), h.name, str(root),
-               str(self.layout.fs / h.name), str(self.layout.fs / kern), kind, repo]
+               str(self.layout.fs / h.name), str(self.layout.fs / kern), kind, repo, provision.bytecode_cache() or "-"]
         # a machine boots with a clean environment, not the lab operator's
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
         h.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,

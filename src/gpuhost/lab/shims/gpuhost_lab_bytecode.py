@@ -4,12 +4,13 @@ Ansible sends every task's module as a zip (AnsiballZ) and Python's zipimport co
 each module in it from source on every run, because the zip holds no .pyc (Lib/zipimport.py,
 _get_module_code). On a real host that costs its own CPU; in the lab every host shares the
 controller's two cores, so the same ansible.module_utils are compiled thousands of times a
-test run. This keeps each compiled module in the host's /run (tmpfs: gone at the next boot,
-never on the host's disk), keyed by its source, so a second task unmarshals instead.
+test run. This keeps each compiled module, keyed by its source, in /run/gpuhost-lab-bytecode,
+where init-outer mounts a directory of the lab machine's that the hosts share (never the
+host's own disk), so the next task on any host unmarshals it instead.
 
 Nothing a module does changes: the code object is the one compile() made from the same
-source, with the file name of this run. Only `gpuhost lab up` with GPUHOST_LAB_BYTECODE_CACHE=1
-installs it (the test suite); the benchmarks measure hosts without it.
+source, given the file name of this run. Only `gpuhost lab up` with GPUHOST_LAB_BYTECODE_CACHE
+naming a directory installs it (the test suite); the benchmarks measure hosts without it.
 """
 import zipimport
 
