@@ -175,11 +175,19 @@ def install_shims(root: Path, spec: AnySpec) -> None:
     for dest, name in tools.items():
         _sync(src / name, root / dest, 0o755)
     # Python's view of the kernel release (the system Python's site-packages runs .pth lines)
-    _sync(src / "gpuhost_lab_uname.py", root / PY_SITE / "gpuhost_lab_uname.py", 0o644)
-    pth = root / PY_SITE / "gpuhost_lab_uname.pth"
-    if not pth.is_file() or pth.read_text() != "import gpuhost_lab_uname\n":
-        _write(root, f"{PY_SITE}/gpuhost_lab_uname.pth", "import gpuhost_lab_uname\n")
+    _install_site_hook(root, "gpuhost_lab_uname")
     install_bytecode_cache(root, bytecode_cache() is not None)
+
+
+def _install_site_hook(root: Path, name: str) -> Path:
+    """A shim module in the host's site-packages and the .pth line that imports it at every
+    start of the system Python; returns the module's path."""
+    hook = root / PY_SITE / f"{name}.py"
+    _sync(shim_source() / f"{name}.py", hook, 0o644)
+    pth = root / PY_SITE / f"{name}.pth"
+    if not pth.is_file() or pth.read_text() != f"import {name}\n":
+        _write(root, f"{PY_SITE}/{name}.pth", f"import {name}\n")
+    return hook
 
 
 # `gpuhost lab up` with this set to a directory gives its hosts' Python a cache, kept there,
@@ -202,14 +210,11 @@ def install_bytecode_cache(root: Path, wanted: bool) -> None:
     """The cache's hook in the host's site-packages where wanted, and nowhere else: the
     supervisor's environment decides it at every boot (and init-outer mounts the directory
     at the hook's /run/gpuhost-lab-bytecode), so a lab is one thing or the other."""
-    hook, pth = root / PY_SITE / "gpuhost_lab_bytecode.py", root / PY_SITE / "gpuhost_lab_bytecode.pth"
     if wanted:
-        _sync(shim_source() / "gpuhost_lab_bytecode.py", hook, 0o644)
-        _compile_for_hosts(hook)
-        if not pth.is_file() or pth.read_text() != "import gpuhost_lab_bytecode\n":
-            _write(root, f"{PY_SITE}/gpuhost_lab_bytecode.pth", "import gpuhost_lab_bytecode\n")
+        _compile_for_hosts(_install_site_hook(root, "gpuhost_lab_bytecode"))
     else:
-        for path in (pth, hook, Path(importlib.util.cache_from_source(str(hook)))):
+        hook = root / PY_SITE / "gpuhost_lab_bytecode.py"
+        for path in (hook.with_suffix(".pth"), hook, Path(importlib.util.cache_from_source(str(hook)))):
             path.unlink(missing_ok=True)
 
 
