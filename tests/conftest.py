@@ -184,9 +184,12 @@ def inventory_with(lab: "LabHandle", host_vars: dict[str, dict]) -> Path:
 # The longest files first: with two xdist workers a long test collected last runs alone at
 # the end while the other worker idles; started first, the many short unit tests fill the
 # gaps at the end instead. Whole files move, so a module's shared lab stays in one place.
+# The two workers meet in the last of these files (worksteal takes from the back of a
+# queue): test_paths, whose many short tests leave the shortest wait there (its place after
+# test_real_world_hosts, whose 10-25 s tests ended the run alone: 20 s of one idle CPU).
 LONG_FIRST = ("tests/audit/test_molecule.py", "tests/audit/test_host_matrix.py", "tests/audit/test_readme.py",
-              "tests/audit/test_seed.py", "tests/audit/test_verify.py", "tests/audit/test_paths.py",
-              "tests/audit/test_each_control.py", "tests/audit/test_real_world_hosts.py")
+              "tests/audit/test_seed.py", "tests/audit/test_verify.py", "tests/audit/test_real_world_hosts.py",
+              "tests/audit/test_each_control.py", "tests/audit/test_paths.py")
 
 
 def pytest_collection_modifyitems(config, items):
