@@ -101,7 +101,8 @@ def pytest_configure(config):
     if fs.f_bavail * fs.f_frsize < TMPFS_NEEDS or not os.access(TMPFS, os.W_OK):
         return
     import tempfile
-    config.option.basetemp = tempfile.mkdtemp(prefix=f"gpuhost-tests-{os.getuid()}-", dir=TMPFS)
+    # short: a lab's socket path (AF_UNIX, 108 bytes) is under it, a few directories down
+    config.option.basetemp = tempfile.mkdtemp(prefix="gpuhost-", dir=TMPFS)
     config._gpuhost_tmpfs_basetemp = config.option.basetemp
 
 

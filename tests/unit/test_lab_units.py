@@ -125,15 +125,16 @@ def test_a_written_path_follows_links_inside_the_host_root_never_out_of_it(tmp_p
 
     from gpuhost.lab import provision
 
-    root, outside = tmp_path / "root", tmp_path / "machine"
+    # an absolute path on no virtual file system (the test's own files may be on /dev/shm),
+    # which nothing here creates: the write must not land there
+    root, outside = tmp_path / "root", Path(f"/opt/gpuhost-lab-test-{os.getpid()}-{tmp_path.name}")
     (root / "var").mkdir(parents=True)
-    outside.mkdir()
     os.symlink("/run", root / "var/run")                  # Debian's own link
     os.symlink(str(outside), root / "var/cache")          # an absolute link the lower layer may hold
     os.symlink("../../etc", root / "var/etc-up")          # a relative one climbing to /
     provision._write(root, "var/cache/x/y", "inside\n")
     assert (root / outside.relative_to("/") / "x/y").read_text() == "inside\n", "the link, read with root as /"
-    assert not (outside / "x").exists(), "nothing written on the machine"
+    assert not outside.exists(), "nothing written on the machine"
     provision._write(root, "var/etc-up/z", "z\n")
     assert (root / "etc/z").read_text() == "z\n"
     with pytest.raises(ValueError, match="virtual file system"):
