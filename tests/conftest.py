@@ -106,17 +106,14 @@ def pytest_configure(config):
     config._gpuhost_tmpfs_basetemp = config.option.basetemp
 
 
-def pytest_unconfigure(config):
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
     """The run's files go with it when it passed (they live in memory); a failed run's stay
     for a look, and the summary says where."""
-    base = getattr(config, "_gpuhost_tmpfs_basetemp", None)
-    if base and getattr(config, "_gpuhost_exitstatus", 1) == 0:
+    base = getattr(session.config, "_gpuhost_tmpfs_basetemp", None)
+    if base and int(exitstatus) == 0:
         import shutil
         shutil.rmtree(base, ignore_errors=True)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    session.config._gpuhost_exitstatus = int(exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
