@@ -84,9 +84,9 @@ class LabHandle:
 
 # The tests' files (rendered scenario hosts, every lab's host roots: some 185,000 files and
 # 650 MB a run) in memory where the machine has a tmpfs to spare. On a disk mounted with
-# `discard` (this project's CI machines' ext4), creating and unlinking that many files cost
-# most of the unit scenarios' time: 347 scenarios took 66 s in /tmp (46 s of it system
-# time) and 8.6 s on /dev/shm. An explicit --basetemp is left as given.
+# `discard` (the development machine's ext4; CI's was not seen), creating and unlinking
+# that many files cost most of the unit scenarios' time: 347 scenarios took 66 s in /tmp
+# (46 s of it system time) and 8.6 s on /dev/shm. An explicit --basetemp is left as given.
 TMPFS = Path("/dev/shm")
 TMPFS_NEEDS = 3 << 30
 
