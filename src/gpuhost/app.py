@@ -169,8 +169,10 @@ class App:
     def audit(self) -> int:
         inventory = self.inventory()
         # --diff: site.yml in check mode, every fix step previewed with its diff
+        # no fix follows an audit, nor a plan of one: the findings come back without fix plans
         result = self.play("gpuhost audit", inventory, check=True, limit=self.o.limit,
-                           playbook="site.yml" if self.o.diff else "audit.yml")
+                           playbook="site.yml" if self.o.diff else "audit.yml",
+                           extra=None if self.o.diff else {"gpuhost_fix_plans": False})
         hosts = self.hosts_from(result, result.hosts)
         for h in hosts.values():
             h["changed"] = []           # an audit changes nothing, even the preview's "would change"

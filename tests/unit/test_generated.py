@@ -146,3 +146,18 @@ def test_a_fix_with_a_key_no_kind_owns_is_an_error():
     finding = controls.evaluate({"sysctl": {}, "units": {}}, {"controls": ["demo.sample"]}, registry)["demo.sample"]
     assert finding["status"] == "error" and "a fix key no kind owns: reboot_now" in finding["message"]
     assert finding["fix"] == {}
+
+
+def test_the_audit_without_the_role_judges_with_the_roles_defaults():
+    """playbooks/audit.yml calls the audit action without gpuhost.stack.common, so no role
+    default is among its host's variables: a variable not set must then give the judgement
+    the very value the role's defaults give it, and a set one must still win."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.variables import settings_from
+    defaults = yaml.safe_load((COLLECTION / "roles/common/defaults/main.yml").read_text())
+    assert settings_from({}) == settings_from(defaults)
+    assert settings_from({})["cstate_max_latency_us"] == defaults["gpuhost_cstate_max_latency_us"] == 10
+    assert settings_from({"gpuhost_cstate_max_latency_us": 2})["cstate_max_latency_us"] == 2
+    # each call has its own lists: a judgement that appended to one would not change the next
+    first = settings_from({})
+    first["pcie_mrrs_devices"].append("0000:01:00.0")
+    assert settings_from({})["pcie_mrrs_devices"] == []

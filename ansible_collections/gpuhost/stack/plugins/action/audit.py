@@ -50,7 +50,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: gpuhost_findings (control ID -> status, observed, expected, message, fix), gpuhost_summary, gpuhost_reboot_required
+  description:
+    - gpuhost_findings (control ID -> status, observed, expected, message, fix), gpuhost_summary,
+      gpuhost_reboot_required, gpuhost_reboot_record.
+    - With the host variable C(gpuhost_fix_plans=false) (what C(gpuhost audit) sets), the
+      findings come without C(fix), the plan a fix would follow.
   returned: success
   type: dict
 """
@@ -104,6 +108,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         report = args.get("report")
+        plans = True
         if args.get("settings") is not None:
             settings = plain(args["settings"])
         else:
@@ -121,6 +126,10 @@ class ActionModule(ActionBase):
                 # result, so the findings do not travel through the stats a second time
                 report = (not boolean(values.get("gpuhost_apply", True), strict=False)
                           and boolean(values.get("gpuhost_report_stats", True), strict=False))
+            # gpuhost_fix_plans false (`gpuhost audit`: no fix follows, nor a plan to print):
+            # each finding comes back without its fix plan, a third of the findings' bytes,
+            # which every result pays for again in the main process (callbacks, events)
+            plans = boolean(values.get("gpuhost_fix_plans", True), strict=False)
         probed = self._execute_module(module_name="gpuhost.stack.facts", task_vars=task_vars,
                                       module_args={"cuda_paths": list(settings.get("guest_cuda_paths") or [])})
         if probed.get("failed") or probed.get("unreachable"):
@@ -132,13 +141,15 @@ class ActionModule(ActionBase):
         # 100 kB a host): serialising them through the worker, the callbacks and the event
         # stream was most of an audit's controller CPU. Ask for them with facts: true.
         summary = report_facts(facts)
+        # what a reboot now would be for, written on the host before it
+        record = reboot_record(findings, (facts.get("boot") or {}).get("boot_id"),
+                               datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                               int(time.time()))
+        if not plans:
+            findings = {cid: {k: v for k, v in f.items() if k != "fix"} for cid, f in findings.items()}
         result.update(changed=False,
                       ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
-                                     # what a reboot now would be for, written on the host before it
-                                     "gpuhost_reboot_record": reboot_record(
-                                         findings, (facts.get("boot") or {}).get("boot_id"),
-                                         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                         int(time.time())),
+                                     "gpuhost_reboot_record": record,
                                      "gpuhost_summary": summary, **({"gpuhost": facts} if args.get("facts") else {})})
         if report:
             host = task_vars.get("inventory_hostname")

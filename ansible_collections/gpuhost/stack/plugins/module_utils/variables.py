@@ -3,10 +3,12 @@
 
 A wrong type, a number out of bounds, an unknown variable or control ID, a malformed or
 duplicate waiver, or null where a value is required is bad input: one line naming the
-host and the variable. Used by the playbooks' inventory check (a filter) and the CLI.
+host and the variable. Used by the playbooks' inventory check (the action check_inventory),
+the audit action and the CLI.
 """
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import difflib
 import re
@@ -23,6 +25,7 @@ CHECKED_VARS = tuple(p.name for p in REGISTRY.params if p.checked)
 # set by gpuhost itself or its lab, never a user's typo
 INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_file", "gpuhost_reboot_timeout",
                  "gpuhost_lock_timeout", "gpuhost_run_holder", "gpuhost_run", "gpuhost_report_stats",
+                 "gpuhost_fix_plans",
                  # what the roles set (facts of the audit action, a fix include's control)
                  "gpuhost_findings", "gpuhost_summary", "gpuhost_reboot_required", "gpuhost_reboot_record",
                  "gpuhost_control")
@@ -136,9 +139,11 @@ def controls_for_tags(run_tags) -> list:
 
 
 def settings_from(values: dict, run_tags=()) -> dict:
-    """The judgement's settings from a host's checked gpuhost_* variables (a variable not
-    set keeps the judgement's own default)."""
-    settings = {p.key: values[p.name] for p in REGISTRY.params if p.key and p.name in values}
+    """The judgement's settings from a host's checked gpuhost_* variables; a variable not set
+    takes its Param's default, as the role's defaults (made from the same Params) would give
+    it: playbooks/audit.yml calls the audit action without the role."""
+    settings = {p.key: copy.deepcopy(values[p.name] if p.name in values else p.default)
+                for p in REGISTRY.params if p.key}
     # a lab container names its host itself; an operator's gpuhost_container_host comes first
     settings["container_host"] = values.get("gpuhost_container_host") or values.get("gpuhost_lab_parent") or ""
     # --controls (gpuhost_controls), else the controls `--tags` selects, else all of them
