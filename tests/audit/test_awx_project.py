@@ -66,3 +66,22 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     assert {c: f["status"] for c, f in stats["pve-gpu1"]["findings"].items()} == want
     assert {c: f["status"] for c, f in task["ansible_facts"]["gpuhost_findings"].items()} == want
     assert "drift" in want.values()
+    # a fix could follow this audit: each drift finding carries the plan its fix follows
+    assert all(f.get("fix") for f in task["ansible_facts"]["gpuhost_findings"].values() if f["status"] == "drift")
+
+    # the collection's own audit playbook, as `gpuhost audit` runs it (no fix plans asked for):
+    # the same judgement, its inventory check an action that needs no gpuhost package either
+    (project / "audit_only.yml").write_text("- name: gpuhost audit\n  ansible.builtin.import_playbook: gpuhost.stack.audit\n")
+    run = subprocess.run([str(ee / "bin/python"), "-m", "ansible_runner", "run", str(tmp_path / "private"),
+                          "-p", "audit_only.yml", "--inventory", str(seed_lab.inventory), "--limit", "pve-gpu1",
+                          "--cmdline=--check -e gpuhost_fix_plans=false", "--ident", "job2"],
+                         env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    events = [json.loads(p.read_text()) for p in (tmp_path / "private/artifacts/job2/job_events").glob("*.json")]
+    checked = sorted(e["event"] for e in events if e.get("event_data", {}).get("task") == "Check the inventory"
+                     and e["event"].startswith("runner_on_"))
+    assert checked == ["runner_on_ok", "runner_on_start"], checked      # once, and it passed
+    findings = next(e for e in events if e["event"] == "runner_on_ok"
+                    and e["event_data"].get("task") == "Read and judge the host")["event_data"]["res"]["ansible_facts"]["gpuhost_findings"]
+    assert {c: f["status"] for c, f in findings.items()} == want
+    assert not any("fix" in f for f in findings.values())
