@@ -7,6 +7,7 @@ their events. Nothing is read from the printed log.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 import ansible_runner
+import ptyprocess          # pexpect's, which ansible-runner runs ansible-playbook through
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
 from ansible_collections.gpuhost.stack.plugins.module_utils.failure import describe
@@ -36,6 +38,28 @@ LOCK_TASK = "Wait for and take the host's lock"
 TRY_LOCK_TASK = "Take the host's lock if it is free"
 LOCAL_INVENTORY = {"all": {"hosts": {"localhost": {
     "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}}}}
+
+
+@contextlib.contextmanager
+def no_close_delay_after_exit():
+    """ptyprocess's close() sleeps delayafterclose (0.1 s), "to give the kernel time to
+    update process status", before it checks that the child is gone. ansible-runner closes
+    the play's pty only after its loop has seen the play exit and read its output to EOF, so
+    on every run that sleep is dead time (a third of the CLI's own time on one host). Within
+    this block a child that has already exited is closed without it; one still alive keeps
+    ptyprocess's delay and its SIGHUP-then-SIGKILL as they are."""
+    original = ptyprocess.PtyProcess.close
+
+    def close(self, force=True):
+        if not self.isalive():
+            self.delayafterclose = 0
+        return original(self, force=force)
+
+    ptyprocess.PtyProcess.close = close
+    try:
+        yield
+    finally:
+        ptyprocess.PtyProcess.close = original
 
 
 # an unreachable task whose connection could not even be made changed nothing; any other may
@@ -190,12 +214,13 @@ class PlaybookRun:
             return self.check and (bool(result.bad_input) or bool(self.cancel and self.cancel()))
 
         try:
-            r = ansible_runner.run(
-                private_data_dir=str(private), ident=ident, project_dir=str(PLAYBOOKS),
-                playbook=str(PLAYBOOKS / self.playbook), inventory=self.inventory,
-                limit=self.limit, extravars=self.extravars or None, cmdline=shlex.join(cmdline) or None,
-                envvars=env, event_handler=handler, quiet=True, timeout=self.timeout,
-                suppress_env_files=True, rotate_artifacts=1, cancel_callback=cancel)
+            with no_close_delay_after_exit():
+                r = ansible_runner.run(
+                    private_data_dir=str(private), ident=ident, project_dir=str(PLAYBOOKS),
+                    playbook=str(PLAYBOOKS / self.playbook), inventory=self.inventory,
+                    limit=self.limit, extravars=self.extravars or None, cmdline=shlex.join(cmdline) or None,
+                    envvars=env, event_handler=handler, quiet=True, timeout=self.timeout,
+                    suppress_env_files=True, rotate_artifacts=1, cancel_callback=cancel)
             result.status, result.rc = r.status, r.rc
         finally:
             shutil.rmtree(private, ignore_errors=True)
