@@ -9,8 +9,9 @@ from gpuhost.runner import no_close_delay_after_exit
 
 
 def sleeps_while_closing(monkeypatch, proc) -> list:
-    slept = []
-    monkeypatch.setattr(ptymodule.time, "sleep", lambda s: slept.append(s))
+    slept, sleep = [], ptymodule.time.sleep
+    # recorded, and still slept: terminate() waits on the child between its signals
+    monkeypatch.setattr(ptymodule.time, "sleep", lambda s: (slept.append(s), sleep(s)))
     with no_close_delay_after_exit():
         proc.close(force=True)
     monkeypatch.undo()
