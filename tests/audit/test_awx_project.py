@@ -52,12 +52,17 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     (project / "ansible.cfg").write_text(PROJECT_CFG)
     env = {"PATH": f"{ee / 'bin'}:/usr/bin:/bin", "ANSIBLE_COLLECTIONS_PATH": str(collections),
            "ANSIBLE_CONFIG": str(project / "ansible.cfg"), "HOME": str(tmp_path)}
-    run = subprocess.run([str(ee / "bin/python"), "-m", "ansible_runner", "run", str(tmp_path / "private"),
-                          "-p", "audit.yml", "--inventory", str(seed_lab.inventory), "--limit", "pve-gpu1",
-                          "--cmdline=--check", "--ident", "job1"],
-                         env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    events = [json.loads(p.read_text()) for p in (tmp_path / "private/artifacts/job1/job_events").glob("*.json")]
+
+    def job(playbook: str, ident: str, cmdline: str) -> list[dict]:
+        """The project's *playbook* run as a job; its events."""
+        run = subprocess.run([str(ee / "bin/python"), "-m", "ansible_runner", "run", str(tmp_path / "private"),
+                              "-p", playbook, "--inventory", str(seed_lab.inventory), "--limit", "pve-gpu1",
+                              f"--cmdline={cmdline}", "--ident", ident],
+                             env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+        return [json.loads(p.read_text()) for p in (tmp_path / f"private/artifacts/{ident}/job_events").glob("*.json")]
+
+    events = job("audit.yml", "job1", "--check")
     stats = next(e for e in events if e["event"] == "playbook_on_stats")["event_data"]["artifact_data"]["gpuhost"]
     task = next(e for e in events if e["event"] == "runner_on_ok"
                 and e["event_data"].get("task") == "Read and judge the host")["event_data"]["res"]
@@ -72,12 +77,7 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     # the collection's own audit playbook, as `gpuhost audit` runs it (no fix plans asked for):
     # the same judgement, its inventory check an action that needs no gpuhost package either
     (project / "audit_only.yml").write_text("- name: gpuhost audit\n  ansible.builtin.import_playbook: gpuhost.stack.audit\n")
-    run = subprocess.run([str(ee / "bin/python"), "-m", "ansible_runner", "run", str(tmp_path / "private"),
-                          "-p", "audit_only.yml", "--inventory", str(seed_lab.inventory), "--limit", "pve-gpu1",
-                          "--cmdline=--check -e gpuhost_fix_plans=false", "--ident", "job2"],
-                         env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    events = [json.loads(p.read_text()) for p in (tmp_path / "private/artifacts/job2/job_events").glob("*.json")]
+    events = job("audit_only.yml", "job2", "--check -e gpuhost_fix_plans=false")
     checked = sorted(e["event"] for e in events if e.get("event_data", {}).get("task") == "Check the inventory"
                      and e["event"].startswith("runner_on_"))
     assert checked == ["runner_on_ok", "runner_on_start"], checked      # once, and it passed
