@@ -78,8 +78,9 @@ class App:
         site.yml (with check, every fix previewed; without, applied) or reboot.yml."""
         audit = playbook == "audit.yml"
         if audit:
-            # the audit task's own results are the reports: no second copy through the stats
-            extra = {"gpuhost_report_stats": False, **(extra or {})}
+            # the audit task's own results are the reports, as one JSON string each (nothing in
+            # the play reads them as facts): no second copy through the stats
+            extra = {"gpuhost_report_stats": False, "gpuhost_report_json": True, **(extra or {})}
         with Progress(self.err, title, done_task=AUDIT_TASK if audit else Progress.REPORT_TASK) as progress:
             self._progress = progress
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never

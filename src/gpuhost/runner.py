@@ -8,6 +8,7 @@ their events. Nothing is read from the printed log.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -168,9 +169,14 @@ class PlaybookRun:
                 else:
                     result.failed.setdefault(host, why)
             elif kind == "runner_on_ok" and host and audit and data.get("task") == AUDIT_TASK:
-                facts = (data.get("res") or {}).get("ansible_facts") or {}
-                judged[host] = {"changed": [], "failed": {}, "findings": facts.get("gpuhost_findings") or {},
-                                "facts": facts.get("gpuhost_summary") or {}}
+                # gpuhost_report_json: the findings and summary as one JSON string (App.play)
+                try:
+                    got = json.loads((data.get("res") or {})["gpuhost_report"])
+                except (KeyError, TypeError, ValueError):
+                    got = None      # no report from the host: App.hosts_from says so
+                if isinstance(got, dict):
+                    judged[host] = {"changed": [], "failed": {}, "findings": got.get("findings") or {},
+                                    "facts": got.get("summary") or {}}
             elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
                 self._keep_diffs(result, host, str(data.get("task") or ""), data["res"])
                 cid = control_of(str(data.get("task") or ""))

@@ -74,14 +74,18 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     # a fix could follow this audit: each drift finding carries the plan its fix follows
     assert all(f.get("fix") for f in task["ansible_facts"]["gpuhost_findings"].values() if f["status"] == "drift")
 
-    # the collection's own audit playbook, as `gpuhost audit` runs it (no fix plans asked for):
-    # the same judgement, its inventory check an action that needs no gpuhost package either
+    # the collection's own audit playbook, as `gpuhost audit` runs it (no fix plans asked for,
+    # the report as one JSON string): the same judgement, its inventory check an action that
+    # needs no gpuhost package either
     (project / "audit_only.yml").write_text("- name: gpuhost audit\n  ansible.builtin.import_playbook: gpuhost.stack.audit\n")
-    events = job("audit_only.yml", "job2", "--check -e gpuhost_fix_plans=false")
+    events = job("audit_only.yml", "job2", "--check -e gpuhost_fix_plans=false -e gpuhost_report_json=true")
     checked = sorted(e["event"] for e in events if e.get("event_data", {}).get("task") == "Check the inventory"
                      and e["event"].startswith("runner_on_"))
     assert checked == ["runner_on_ok", "runner_on_start"], checked      # once, and it passed
-    findings = next(e for e in events if e["event"] == "runner_on_ok"
-                    and e["event_data"].get("task") == "Read and judge the host")["event_data"]["res"]["ansible_facts"]["gpuhost_findings"]
-    assert {c: f["status"] for c, f in findings.items()} == want
-    assert not any("fix" in f for f in findings.values())
+    res = next(e for e in events if e["event"] == "runner_on_ok"
+               and e["event_data"].get("task") == "Read and judge the host")["event_data"]["res"]
+    assert "gpuhost_findings" not in (res.get("ansible_facts") or {}), "the report is not also a fact"
+    report = json.loads(res["gpuhost_report"])
+    assert {c: f["status"] for c, f in report["findings"].items()} == want
+    assert not any("fix" in f for f in report["findings"].values())
+    assert report["summary"]["gpus"] == 8 and report["reboot_required"] is False

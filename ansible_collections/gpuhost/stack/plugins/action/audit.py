@@ -55,11 +55,19 @@ ansible_facts:
       gpuhost_reboot_required, gpuhost_reboot_record.
     - With the host variable C(gpuhost_fix_plans=false) (what C(gpuhost audit) sets), the
       findings come without C(fix), the plan a fix would follow.
-  returned: success
+  returned: success, unless C(gpuhost_report_json)
   type: dict
+gpuhost_report:
+  description:
+    - With the host variable C(gpuhost_report_json=true) (what gpuhost's CLI sets for its runs
+      of playbooks/audit.yml), instead of the facts: one JSON string of C(findings),
+      C(summary) and C(reboot_required), for a caller that reads the task's result itself.
+  returned: success, with gpuhost_report_json
+  type: str
 """
 
 import datetime
+import json
 import time
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -108,7 +116,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         report = args.get("report")
-        plans = True
+        plans, as_json = True, False
         if args.get("settings") is not None:
             settings = plain(args["settings"])
         else:
@@ -130,6 +138,12 @@ class ActionModule(ActionBase):
             # each finding comes back without its fix plan: a third of the findings' bytes less
             # for the worker to send and for the callbacks and ansible-runner's events to copy
             plans = boolean(values.get("gpuhost_fix_plans", True), strict=False)
+            # gpuhost_report_json (the CLI's runs of audit.yml, where nothing in the play reads
+            # the findings as facts): findings and summary come back as one JSON string for the
+            # CLI to decode. Ansible's main process copies a result and converts it to native
+            # types node by node for the callbacks: some 5 ms of its CPU a host as facts, next
+            # to nothing as one string
+            as_json = boolean(values.get("gpuhost_report_json", False), strict=False)
         probed = self._execute_module(module_name="gpuhost.stack.facts", task_vars=task_vars,
                                       module_args={"cuda_paths": list(settings.get("guest_cuda_paths") or [])})
         if probed.get("failed") or probed.get("unreachable"):
@@ -147,6 +161,10 @@ class ActionModule(ActionBase):
                                int(time.time()))
         if not plans:
             findings = {cid: {k: v for k, v in f.items() if k != "fix"} for cid, f in findings.items()}
+        if as_json:
+            result.update(changed=False, gpuhost_report=json.dumps(
+                {"findings": findings, "summary": summary, "reboot_required": reboot}, sort_keys=True))
+            return result
         result.update(changed=False,
                       ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
                                      "gpuhost_reboot_record": record,
