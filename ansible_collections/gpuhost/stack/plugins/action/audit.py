@@ -155,20 +155,20 @@ class ActionModule(ActionBase):
         # 100 kB a host): serialising them through the worker, the callbacks and the event
         # stream was most of an audit's controller CPU. Ask for them with facts: true.
         summary = report_facts(facts)
-        # what a reboot now would be for, written on the host before it
-        record = reboot_record(findings, (facts.get("boot") or {}).get("boot_id"),
-                               datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                               int(time.time()))
         if not plans:
             findings = {cid: {k: v for k, v in f.items() if k != "fix"} for cid, f in findings.items()}
         if as_json:
             result.update(changed=False, gpuhost_report=json.dumps(
                 {"findings": findings, "summary": summary, "reboot_required": reboot}, sort_keys=True))
-            return result
-        result.update(changed=False,
-                      ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
-                                     "gpuhost_reboot_record": record,
-                                     "gpuhost_summary": summary, **({"gpuhost": facts} if args.get("facts") else {})})
+        else:
+            # what a reboot now would be for, written on the host before it
+            record = reboot_record(findings, (facts.get("boot") or {}).get("boot_id"),
+                                   datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                   int(time.time()))
+            result.update(changed=False,
+                          ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
+                                         "gpuhost_reboot_record": record, "gpuhost_summary": summary,
+                                         **({"gpuhost": facts} if args.get("facts") else {})})
         if report:
             host = task_vars.get("inventory_hostname")
             result["ansible_stats"] = {"data": {"gpuhost": {host: {"changed": [], "failed": {}, "findings": findings,
