@@ -148,8 +148,8 @@ class ActionModule(ActionBase):
                                       module_args={"cuda_paths": list(settings.get("guest_cuda_paths") or [])})
         if probed.get("failed") or probed.get("unreachable"):
             return {**result, **probed}
-        facts = plain((probed.get("ansible_facts") or {}).get("gpuhost") or {})
-        findings = evaluate(facts, settings)
+        facts = (probed.get("ansible_facts") or {}).get("gpuhost") or {}
+        findings = evaluate(facts, settings)        # which makes its own plain copy to judge
         reboot = any(f.get("status") == "pending_reboot" for f in findings.values())
         # the findings and a summary of the host come back, not the facts themselves (some
         # 100 kB a host): serialising them through the worker, the callbacks and the event

@@ -31,8 +31,21 @@ __all__ = ["fixes", "CATALOG", "DEFAULT_REGISTRY", "BY_ID", "HOST_LEVEL", "FAILI
            "content_sha256", "unit", "at_least", "kernel_flavor", "vkey"]
 
 
+_PLAIN_SCALARS = (str, int, float, bool, type(None))
+
+
 def plain(value):
-    """Plain Python containers and scalars (Ansible 2.19 hands plugins tagged ones)."""
+    """Plain Python containers and scalars (Ansible 2.19 hands plugins tagged ones: subclasses
+    of dict, list, str, int and float)."""
+    # a host's facts are some 3,000 values, judged for every host: the exact types, by far the
+    # most common, are recognised without the isinstance() chain below
+    kind = type(value)
+    if kind is dict:
+        return {k if type(k) is str else str(k): plain(v) for k, v in value.items()}
+    if kind is list:
+        return [plain(v) for v in value]
+    if kind in _PLAIN_SCALARS:
+        return value
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

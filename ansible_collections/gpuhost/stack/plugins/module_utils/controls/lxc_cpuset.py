@@ -10,7 +10,7 @@ from __future__ import annotations
 from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, LxcCpuset, LxcRestart
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, flag, Host, na
-from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cpu import parse_cpulist
+from ansible_collections.gpuhost.stack.plugins.module_utils.cpulist import parse_cpulist
 
 CONTROL = Control(
     id="lxc.cpuset",

@@ -6,6 +6,8 @@ from __future__ import absolute_import, division, print_function
 import os
 import re
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.cpulist import parse_cpulist
+
 __metaclass__ = type
 
 class CpuProbe:
@@ -125,18 +127,3 @@ def _number(path):
 def _int(text):
     """A sysfs number, or None where the file is absent or holds no number."""
     return int(text) if text is not None and text.isdigit() else None
-
-
-def parse_cpulist(text):
-    """The kernel's CPU list format (0-31,64-95) as CPU numbers; bounded by the kernel's
-    own limit (NR_CPUS at most 8192)."""
-    out = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ValueError("not a CPU list: %r" % text[:80])
-        out += range(int(lo), min(int(hi or lo), 8191) + 1)
-    return out
-

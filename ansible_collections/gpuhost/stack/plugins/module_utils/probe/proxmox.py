@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 import os
 import re
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.probe.cpu import parse_cpulist
+from ansible_collections.gpuhost.stack.plugins.module_utils.cpulist import parse_cpulist
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.units import UDEV_DIRS
 
 __metaclass__ = type
