@@ -1,26 +1,29 @@
 """gpuhost audit / fix: the flows behind the command line (the options they take in
-options.py, their progress lines in progress.py, gpuhost verify in verify.py)."""
+options.py, their progress lines in progress.py, gpuhost verify in verify.py).
+
+What only the report and the terminal need (rich, the controls' registry, the report's
+modules: some 60 ms of imports) loads once ansible-playbook has started, with the play's first
+event or later, so that an audit's play does not wait for it: see ``play``.
+"""
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import os
 import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-
-from . import junit, terminal
-from . import report as rep
-from .inventory import InventoryError, load_and_check
-from .plan import changes as plan_changes
-from .runner import AUDIT_TASK, LOCAL_INVENTORY, PlaybookRun, RunResult
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
+from .runner import AUDIT_TASK, LOCAL_INVENTORY, PlaybookRun, RunResult, known_controls
 from ansible_collections.gpuhost.stack.plugins.module_utils.runs import end as end_run, register as register_run
 from .options import BadInput, Options, parse_controls, parse_limit
 from .progress import Progress, shown
 from .verify import run_verify
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["App", "BadInput", "Options", "Progress", "parse_controls", "parse_limit", "run_verify", "shown"]
 
@@ -28,12 +31,29 @@ __all__ = ["App", "BadInput", "Options", "Progress", "parse_controls", "parse_li
 class App:
     def __init__(self, opts: Options, console: Console | None = None, err: Console | None = None):
         self.o = opts
-        colour = {"no_color": True} if opts.no_color else {}
-        # --json -: the JSON alone on standard output, the rest on standard error
-        self.console = console or Console(stderr=opts.json == "-", **colour)
-        # line-oriented messages (the plan, progress in a log): never wrapped mid-sentence
-        self.err = err or Console(stderr=True, soft_wrap=True, **colour)
-        self.started = rep.now()
+        self._console, self._err = console, err
+        self.started_at = _dt.datetime.now(_dt.timezone.utc)
+
+    def _new_console(self, **how) -> Console:
+        from rich.console import Console
+
+        return Console(**({"no_color": True} if self.o.no_color else {}), **how)
+
+    @property
+    def console(self) -> Console:
+        """The report's console, made when first used."""
+        if self._console is None:
+            # --json -: the JSON alone on standard output, the rest on standard error
+            self._console = self._new_console(stderr=self.o.json == "-")
+        return self._console
+
+    @property
+    def err(self) -> Console:
+        """Progress and messages, on standard error, made when first used."""
+        if self._err is None:
+            # line-oriented messages (the plan, progress in a log): never wrapped mid-sentence
+            self._err = self._new_console(stderr=True, soft_wrap=True)
+        return self._err
 
     # ---- input -----------------------------------------------------------------------------
     def inventory(self) -> str | dict:
@@ -81,8 +101,16 @@ class App:
             # the audit task's own results are the reports, as one JSON string each (nothing in
             # the play reads them as facts): no second copy through the stats
             extra = {"gpuhost_report_stats": False, "gpuhost_report_json": True, **(extra or {})}
-        with Progress(self.err, title, done_task=AUDIT_TASK if audit else Progress.REPORT_TASK) as progress:
-            self._progress = progress
+        done_task = AUDIT_TASK if audit else Progress.REPORT_TASK
+        self._progress = None
+        with contextlib.ExitStack() as stack:
+            def on_event(event: dict) -> None:
+                # the progress display starts with the play's first event: rich and the report's
+                # modules load while ansible-playbook runs, not before it starts
+                if self._progress is None:
+                    self._progress = stack.enter_context(Progress(self.err, title, done_task=done_task))
+                self._progress.event(event)
+
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
             flags = list(self.o.connection)
@@ -93,7 +121,7 @@ class App:
                 # otherwise start a worker per host only to be skipped
                 flags += ["--tags", ",".join(tags)]
             run = PlaybookRun(playbook, inventory, check=check, diff=self.o.diff, limit=limit,
-                              extravars={**self.extravars(), **(extra or {})}, on_event=progress.event,
+                              extravars={**self.extravars(), **(extra or {})}, on_event=on_event,
                               task_timeout=self.o.task_timeout, cancel=cancel, flags=flags)
             result = run.run()
         if result.bad_input:
@@ -105,6 +133,8 @@ class App:
         if not result.hosts and not result.reports:
             # nothing ran: say why in one line (an inventory that does not parse, a limit that matches nothing)
             if isinstance(inventory, str):
+                from .inventory import InventoryError, load_and_check
+
                 try:
                     load_and_check(inventory, limit)
                 except InventoryError as exc:
@@ -134,7 +164,10 @@ class App:
         return out
 
     def finish(self, mode: str, hosts: dict[str, dict], before: dict[str, dict] | None = None) -> int:
-        report = rep.build(mode, self.started, hosts, before)
+        from . import junit, terminal
+        from . import report as rep
+
+        report = rep.build(mode, rep.stamp(self.started_at), hosts, before)
         shown = rep.printable(report)       # host data never drives the terminal nor breaks XML
         if self.o.format == "oneline":
             terminal.oneline(shown, self.console)
@@ -178,7 +211,9 @@ class App:
         for h in hosts.values():
             h["changed"] = []           # an audit changes nothing, even the preview's "would change"
         if self.o.diff:
-            rep.render_diffs(result.diffs, self.console)
+            from .report import render_diffs
+
+            render_diffs(result.diffs, self.console)
         return self.finish("audit", hosts)
 
     def fix(self) -> int:
@@ -201,12 +236,14 @@ class App:
                 # again after them, still covers every control the run selected (--tags alone
                 # would narrow it to the tagged ones; --controls already names them)
                 planned = sorted({f["control"] for fs in plan.values() for f in fs})
-                judged = {} if self.o.controls else {"gpuhost_controls": list(BY_ID)}
+                judged = {} if self.o.controls else {"gpuhost_controls": list(known_controls())}
                 result = self.play("gpuhost fix: apply", inventory, check=False, limit=limit,
                                    extra={**self.lock_vars(), **judged}, playbook="site.yml", tags=planned)
                 after.update(self.applied(before, self.hosts_from(result, list(plan)), result.in_flight))
                 if self.o.diff:
-                    rep.render_diffs(result.diffs, self.console)
+                    from .report import render_diffs
+
+                    render_diffs(result.diffs, self.console)
             if self.o.reboot == "if-needed" and not self.interrupted:
                 after = self.reboot_rollout(inventory, after)
         code = self.finish("fix", after, before)
@@ -312,6 +349,8 @@ class App:
                     signal.signal(sig, h)
 
     def print_plan(self, plan: dict, before: dict) -> None:
+        from .plan import changes as plan_changes
+
         if not plan:
             self.err.print("nothing to fix" + ("" if all(h.get("reachable") for h in before.values()) else
                                               " on the reachable hosts"))
@@ -409,7 +448,7 @@ class App:
                 bad.append(f"{cid} {f['status']}")
             elif f["status"] in ("drift", "manual") and was in ("pass", "pending_reboot", "na", "waived"):
                 bad.append(f"{cid} is {f['status']} ({f['message']})")
-            elif f["status"] == "manual" and cid in BY_ID and BY_ID[cid].kind == "health":
+            elif f["status"] == "manual" and cid in known_controls() and known_controls()[cid].kind == "health":
                 bad.append(f"{cid} is {f['status']} ({f['message']})")
         return "; ".join(bad)
 

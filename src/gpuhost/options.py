@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
-
 
 class BadInput(ValueError):
     """One line for the user; exit 1; no host touched."""
@@ -40,6 +38,9 @@ def parse_controls(text: str | None) -> list[str]:
         raise BadInput(f"--controls: empty selection {text!r} (give control IDs, comma-separated)")
     if not all(ids):
         raise BadInput(f"--controls: empty item in {text!r}")
+    from .runner import known_controls
+
+    BY_ID = known_controls()
     for cid in ids:
         if cid not in BY_ID:
             raise BadInput(f"--controls: unknown control {cid!r} (known: {', '.join(BY_ID)})")

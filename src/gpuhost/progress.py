@@ -1,19 +1,24 @@
 """Progress while a play runs: a live line per host on a terminal, a line per event in a log."""
 from __future__ import annotations
 
-from rich.console import Console
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING
 
-from . import report as rep
 from .runner import CHECK_TASK, LOCK_TASK, TRY_LOCK_TASK
+
+if TYPE_CHECKING:       # rich loads with the first progress shown, once the play has started (app.py)
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
 
 
 def shown(value) -> str:
     """Text from a host or an inventory as the terminal shows it: control characters as \\xHH
     (report.printable), rich's markup escaped (a file name `[tuned]`, a message with `[/x]`)."""
-    return escape(rep.printable(str(value)))
+    from rich.markup import escape
+
+    from .report import printable
+
+    return escape(printable(str(value)))
 
 
 class Progress:
@@ -38,6 +43,8 @@ class Progress:
 
     def __enter__(self):
         if self.console.is_terminal:
+            from rich.live import Live
+
             self.live = Live(self._render(), console=self.console, refresh_per_second=6, transient=True)
             self.live.__enter__()
         return self
@@ -47,6 +54,8 @@ class Progress:
             self.live.__exit__(*exc)
 
     def _render(self) -> Table:
+        from rich.table import Table
+
         t = Table.grid(padding=(0, 2))
         t.add_row(f"[bold]{self.title}[/]")
         for host, task in self.hosts.items():

@@ -38,8 +38,13 @@ def printable(value):
     return value
 
 
+def stamp(moment: _dt.datetime) -> str:
+    """A moment as the report writes it: UTC, to the second."""
+    return moment.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp(_dt.datetime.now(_dt.timezone.utc))
 
 
 def public(finding: dict, changed: bool = False) -> dict:

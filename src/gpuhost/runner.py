@@ -23,9 +23,7 @@ from typing import Callable
 import ansible_runner
 import ptyprocess          # pexpect's, which ansible-runner runs ansible-playbook through
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
-from ansible_collections.gpuhost.stack.plugins.module_utils.failure import describe
-from .inventory import BAD_INPUT_MARK
+from ansible_collections.gpuhost.stack.plugins.module_utils.failure import BAD_INPUT_MARK, describe
 
 from . import COLLECTION, COLLECTIONS
 from .ansiblecfg import callbacks_enabled, merged_config
@@ -67,6 +65,14 @@ def no_close_delay_after_exit():
 # have ("Data could not be sent" is also what a connection that dropped while the module ran
 # says, with pipelining)
 NEVER_SENT = re.compile(r"Failed to connect to the host|Could not resolve hostname|Connection refused|No route to host")
+
+
+def known_controls() -> dict:
+    """The controls by ID. The registry (every control's module, some 30 ms) is imported when
+    first asked for, from an event once ansible-playbook is running, not before it starts."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import BY_ID
+
+    return BY_ID
 
 
 def control_of(task: str) -> str:
@@ -147,7 +153,7 @@ class PlaybookRun:
             if host and kind == "runner_on_start":
                 running[host] = str(data.get("task") or "")
             elif host and kind == "runner_on_unreachable" and not self.check and running.get(host) == data.get("task") \
-                    and control_of(running[host]) in BY_ID and not NEVER_SENT.search(str((data.get("res") or {}).get("msg"))):
+                    and control_of(running[host]) in known_controls() and not NEVER_SENT.search(str((data.get("res") or {}).get("msg"))):
                 result.in_flight[host] = running[host]       # it started and its host went: maybe done
             elif host and kind in ("runner_on_ok", "runner_on_failed", "runner_on_skipped"):
                 running.pop(host, None)
@@ -164,7 +170,7 @@ class PlaybookRun:
                 # a control's fix task fails into its rescue, which records it in the report
                 # and lets the host's other controls go on: that is not the host failing
                 cid, why = control_of(task), f"{task}: {describe(data.get('res'))}"
-                if cid in BY_ID:
+                if cid in known_controls():
                     result.control_failed.setdefault(host, {}).setdefault(cid, why)
                 else:
                     result.failed.setdefault(host, why)
@@ -180,7 +186,7 @@ class PlaybookRun:
             elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
                 self._keep_diffs(result, host, str(data.get("task") or ""), data["res"])
                 cid = control_of(str(data.get("task") or ""))
-                if cid in BY_ID and cid not in result.changes.setdefault(host, []):
+                if cid in known_controls() and cid not in result.changes.setdefault(host, []):
                     result.changes[host].append(cid)
             elif kind == "playbook_on_stats":
                 stats = (data.get("artifact_data") or {}).get("gpuhost") or {}

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+# what the inventory checks' failures start with: the CLI reads the one line after it as bad
+# input (exit 1), whichever task said it
+BAD_INPUT_MARK = "gpuhost bad input: "
+
 _TIMED_OUT = re.compile(r"failed to execute in the expected time frame \((\d+)\)|Timed out after (\d+) second")
 _MAX = 1000         # a message this long keeps its start and its end (the cause is often last)
 

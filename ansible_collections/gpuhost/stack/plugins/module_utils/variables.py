@@ -14,8 +14,7 @@ import difflib
 import re
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import DEFAULT as REGISTRY
-
-BAD_INPUT_MARK = "gpuhost bad input: "
+from ansible_collections.gpuhost.stack.plugins.module_utils.failure import BAD_INPUT_MARK  # noqa: F401
 
 # Every variable the controls and the framework declare (their Param): site.yml checks them
 # all here (one line, before any host is touched) and so turns the roles' own validation off.
