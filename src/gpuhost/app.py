@@ -317,6 +317,13 @@ class App:
         hosts = self._progress.hosts if self._progress else {}
         return [f"{shown(h)}: {t}" for h, t in hosts.items() if t != "done" and not t.startswith("[red]")]
 
+    def load_for_signals(self) -> None:
+        """Make the signal handler's console and load what shown() uses before the handler can
+        run: a signal that came while the play's first event imported rich would import it
+        again, half-loaded (ImportError: partially initialized module)."""
+        self.err            # noqa: B018 (the property makes it)
+        shown("")
+
     @contextlib.contextmanager
     def interruptible(self):
         """SIGINT and SIGTERM during a fix stop it from starting new changes: the change in
@@ -339,6 +346,7 @@ class App:
                 if getattr(self, "prompting", False):
                     raise KeyboardInterrupt
 
+            self.load_for_signals()
             old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
             self._handling = stop
             try:
@@ -439,7 +447,7 @@ class App:
         with a new kernel, or any health finding (a GPU that did not come back well)."""
         if after.get("error"):
             return after["error"]
-        bad = []
+        bad, controls = [], known_controls()
         for cid, f in after["findings"].items():
             if cid in (after.get("failed") or {}):
                 continue                # its fix failed before the reboot: said already
@@ -448,7 +456,7 @@ class App:
                 bad.append(f"{cid} {f['status']}")
             elif f["status"] in ("drift", "manual") and was in ("pass", "pending_reboot", "na", "waived"):
                 bad.append(f"{cid} is {f['status']} ({f['message']})")
-            elif f["status"] == "manual" and cid in known_controls() and known_controls()[cid].kind == "health":
+            elif f["status"] == "manual" and cid in controls and controls[cid].kind == "health":
                 bad.append(f"{cid} is {f['status']} ({f['message']})")
         return "; ".join(bad)
 

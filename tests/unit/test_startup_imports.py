@@ -47,6 +47,14 @@ def test_what_the_command_line_defers_still_loads_when_asked_for():
     assert app.err.soft_wrap and app.err.stderr and app.err is app.err
 
 
+def test_a_fix_loads_what_its_signal_handler_prints_with_before_the_handler_is_set():
+    # a SIGINT during the first event's import of rich would otherwise import it again, half-loaded
+    mods = loaded_after("import signal\nfrom gpuhost.app import App, Options\napp = App(Options())\n"
+                        "with app.interruptible():\n"
+                        "    assert app._err is not None and signal.getsignal(signal.SIGINT) is not signal.default_int_handler")
+    assert {"rich.console", "rich.markup", "gpuhost.report"} <= mods
+
+
 def test_judging_a_host_does_not_load_the_probe():
     mods = loaded_after(f"from {MU}.controls import evaluate\nfrom {MU}.variables import settings_from")
     assert f"{MU}.controls.lxc_cpuset" in mods
