@@ -277,5 +277,26 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNREACHABLE      # an interrupted run is not bad input: exit 3, never 1
 
 
+def run() -> None:
+    """The `gpuhost` command: main(), then an exit without the interpreter's teardown.
+
+    When main() returns, every report is written and closed, ansible-playbook is reaped and
+    every context is left (the run's private directory, its registration, the stop file).
+    What Python would still do is free its modules and objects one by one: some 25 ms of
+    every run (measured with everything a run loads), an eighth of what a one-host audit
+    spends outside ansible-playbook. The standard streams are flushed first; a stream that
+    cannot be (a closed pipe) takes the ordinary exit, which reports it as it always has.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        sys.exit(code)
+    if "logging" in sys.modules:        # its atexit handler, the only one a run registers
+        sys.modules["logging"].shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

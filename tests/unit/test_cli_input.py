@@ -3,6 +3,7 @@
 without effect)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -27,3 +28,22 @@ def test_bad_connection_flags_are_one_line_naming_the_flag(tmp_path, args, line)
                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=tmp_path)
         assert res.returncode == 1 and res.stderr.splitlines() == [line.replace("{tmp}", str(tmp_path))], res.stderr
         assert "unreachable" not in res.stdout + res.stderr
+
+
+def test_the_command_exits_with_its_code_and_all_it_printed():
+    # `gpuhost` skips the interpreter's teardown (cli.run): what sits in stdout's buffer when
+    # main() returns must still be written, and the exit code kept
+    import json
+
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATALOG
+
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}     # as a shell runs it
+    for args, read in ((["controls"], lambda out: [line.split()[0] for line in out.splitlines()]),   # a line a print
+                       (["controls", "--json"], lambda out: [c["id"] for c in json.loads(out)])):    # one large print
+        res = subprocess.run([sys.executable, "-m", "gpuhost.cli", *args], env=buffered,
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert res.returncode == 0 and res.stdout.endswith("\n"), res.stderr
+        assert read(res.stdout) == [c.id for c in CATALOG]
+    res = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "--controls", "no.such"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode == 1 and res.stderr.startswith("error: --controls: unknown control 'no.such'")
