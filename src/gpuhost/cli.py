@@ -282,9 +282,9 @@ def run() -> None:
 
     When main() returns, every report is written and closed, ansible-playbook is reaped and
     every context is left (the run's private directory, its registration, the stop file).
-    What Python would still do is free its modules and objects one by one: some 25 ms of
-    every run (measured with everything a run loads), an eighth of what a one-host audit
-    spends outside ansible-playbook. The standard streams are flushed first; a stream that
+    What Python would still do is free its modules and objects one by one: some 25 ms with
+    everything a run loads and nothing else, 60 ms of a one-host audit (1.11 against 1.17 s,
+    medians of 12, alternated). The standard streams are flushed first; a stream that
     cannot be (a closed pipe) takes the ordinary exit, which reports it as it always has.
     """
     code = main()
