@@ -141,7 +141,9 @@ def settings_from(values: dict, run_tags=()) -> dict:
     """The judgement's settings from a host's checked gpuhost_* variables; a variable not set
     takes its Param's default, as the role's defaults (made from the same Params) would give
     it: playbooks/audit.yml calls the audit action without the role."""
-    settings = {p.key: copy.deepcopy(values[p.name] if p.name in values else p.default)
+    # the defaults are the registry's own objects, shared by every host: each gets a copy; a
+    # host's values are its own already (checked and made plain for this call)
+    settings = {p.key: values[p.name] if p.name in values else copy.deepcopy(p.default)
                 for p in REGISTRY.params if p.key}
     # a lab container names its host itself; an operator's gpuhost_container_host comes first
     settings["container_host"] = values.get("gpuhost_container_host") or values.get("gpuhost_lab_parent") or ""
