@@ -52,7 +52,7 @@ LIVE_AFTER_FIX = {
 # what must hold after the reboot: container 200, refused at boot while /dev/nvidia-uvm was
 # missing, starts at boot now, on whole cores of its GPU's node
 LIVE_AFTER_BOOT = {
-    "lxc.cpuset": ("cat /sys/fs/cgroup/lxc/200/cpuset.cpus.effective", "4-5,12-13"),
+    "lxc.cpuset": ("cat /sys/fs/cgroup/lxc/200/cpuset.cpus.effective", "5-6,13-14"),
 }
 
 

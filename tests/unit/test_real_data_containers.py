@@ -18,9 +18,10 @@ SEED = yaml.safe_load((SHARED / "hosts/pve-gpu1.yml").read_text())
 
 
 @pytest.mark.parametrize("name, vmid, cores, cpus", [
-    # a GPU rental host's containers (one RTX 5090 each): cores 46 and 48, no CPU set
-    ("pve-lxc-quickpod6006.conf", 6006, 46, "0-22,64-86"),
-    ("pve-lxc-nosana6004.conf", 6004, 48, "0-23,64-87"),
+    # a GPU rental host's containers (one RTX 5090 each): cores 46 and 48, no CPU set; node 0
+    # gives its cores from the second on (its first core, CPUs 0 and 64, last)
+    ("pve-lxc-quickpod6006.conf", 6006, 46, "1-23,65-87"),
+    ("pve-lxc-nosana6004.conf", 6004, 48, "1-24,65-88"),
 ])
 def test_posted_gpu_containers_with_cores_get_whole_cores_of_their_gpus_node(tmp_path, name, vmid, cores, cpus):
     """On the seed's two sockets (its /dev/nvidia0 on NUMA node 0, SMT siblings 64 apart), the

@@ -3,7 +3,11 @@
 pve-container (src/PVE/LXC.pm, update_lxc_config) gives a container with `cores: N` and no
 raw `lxc.cgroup2.cpuset.cpus` N of the host's CPUs chosen at random at every start, and
 pve-manager's pvestatd (rebalance_lxc_containers) moves them while it runs: across sockets and
-away from the GPUs, different after every restart. A raw cpuset key stops both.
+away from the GPUs, different after every restart. A raw cpuset key stops both, for good:
+rebalance_lxc_containers skips a container whose config has `lxc.cgroup2.cpuset.cpus`. So a
+set gpuhost writes must share no CPU with the set another GPU container holds or is given in
+the same run (nothing will ever move them apart again), and on a host whose CPUs are all on
+one NUMA node there is nothing to gain: any N CPUs are as near the GPUs as any other.
 """
 from __future__ import annotations
 
@@ -20,15 +24,18 @@ CONTROL = Control(
     reboot="container",
     rationale=("With `cores: N` alone Proxmox picks N CPUs at random at every container start and pvestatd moves "
                "them while it runs: across sockets, away from the GPUs, different after each restart, so "
-               "benchmarks do not repeat and host memory traffic crosses the socket link"),
+               "benchmarks do not repeat and host memory traffic crosses the socket link; a fixed set is never "
+               "rebalanced again, so two serving containers must not be given the same CPUs"),
     references=("pve-container: src/PVE/LXC.pm (update_lxc_config)", "pve-manager: PVE/Service/pvestatd.pm "
                 "(rebalance_lxc_containers)", "pct.conf(5)", "Documentation/admin-guide/cgroup-v2.rst (cpuset)"),
     passes=("each container given GPUs has an explicit `lxc.cgroup2.cpuset.cpus` with CPUs of every NUMA node its "
-            "GPUs are on (and runs on it), or no `cores:` limit below the host's CPUs; a set that leaves out a GPU's "
-            "node is the operator's choice: manual"),
+            "GPUs are on (and runs on it), sharing no CPU with another GPU container's set, or no `cores:` limit "
+            "below the host's CPUs, or the host's CPUs are all on one NUMA node; a set that leaves out a GPU's node "
+            "or overlaps another GPU container's is the operator's choice: manual"),
     repair=("writes `lxc.cgroup2.cpuset.cpus` into the main section: N CPUs as whole cores from its GPUs' nodes, in "
-            "proportion to its GPUs on each, lowest IDs first (copy in `/var/backups/gpuhost`); restarts the "
-            "container where `gpuhost_lxc_restart` allows it"),
+            "proportion to its GPUs on each, none held by another GPU container's set or given to one in the same "
+            "run, lowest IDs first with each node's first core last (copy in `/var/backups/gpuhost`); restarts the "
+            "container where `gpuhost_lxc_restart` allows it; containers that cannot all fit apart: manual"),
     facts=("lxc", "nvidia", "pci"),
 )
 
@@ -77,13 +84,26 @@ def gpu_nodes(pt: lxcconf.Passthrough, nv: dict, pci: dict) -> tuple[dict[int, i
     return per_node, unknown
 
 
-def choose(n: int, per_node: dict[int, int], topo: dict) -> list[int] | None:
-    """N CPUs as whole cores (SMT siblings together) from the GPUs' nodes, the cores shared out
-    in proportion to the GPUs on each node (largest remainder), lowest CPU IDs first; None where
-    the GPUs' nodes have fewer cores than that."""
+def node_cores(topo: dict) -> dict[int, list[list[int]]]:
+    """{NUMA node: its cores (SMT siblings together), the node's first core last}: the host's
+    own work (unbound kernel threads, IRQs not given an affinity, the services Proxmox runs)
+    starts on a node's lowest CPUs, so a container takes them only when nothing else is left."""
     node_cpus = {int(k): set(parse_cpulist(v)) for k, v in (topo.get("nodes") or {}).items()}
     cores = sorted((sorted(g) for g in topo.get("cores") or []), key=lambda g: g[0])
-    by_node = {node: [g for g in cores if g[0] in node_cpus.get(node, ())] for node in per_node}
+    out = {}
+    for node, cpus in node_cpus.items():
+        mine = [g for g in cores if g[0] in cpus]
+        out[node] = mine[1:] + mine[:1]
+    return out
+
+
+def choose(n: int, per_node: dict[int, int], topo: dict, taken: frozenset[int] = frozenset()) -> list[int] | None:
+    """N CPUs as whole cores (SMT siblings together) from the GPUs' nodes, none of them in
+    *taken* (the sets other GPU containers hold or are given in this run), the cores shared out
+    in proportion to the GPUs on each node (largest remainder), lowest CPU IDs first and each
+    node's first core last; None where the GPUs' nodes have fewer free cores than that."""
+    cores = [sorted(g) for g in topo.get("cores") or []]
+    by_node = {node: [g for g in node_cores(topo).get(node, []) if not taken & set(g)] for node in per_node}
     width = max((len(g) for g in cores), default=1)
     want = -(-n // width)                                   # whole cores: ceil(n / threads per core)
     gpus = sum(per_node.values())
@@ -91,7 +111,7 @@ def choose(n: int, per_node: dict[int, int], topo: dict) -> list[int] | None:
     rest = sorted(per_node, key=lambda node: (-(want * per_node[node] % gpus), node))
     for node in rest[:want - sum(share.values())]:
         share[node] += 1
-    # a node with fewer cores than its share gives the rest to the other GPU nodes
+    # a node with fewer free cores than its share gives the rest to the other GPU nodes
     spill = sum(max(0, share[node] - len(by_node[node])) for node in share)
     share = {node: min(share[node], len(by_node[node])) for node in share}
     for node in sorted(share):
@@ -101,6 +121,16 @@ def choose(n: int, per_node: dict[int, int], topo: dict) -> list[int] | None:
     if spill:
         return None
     return sorted(c for node in sorted(share) for g in by_node[node][:share[node]] for c in g)
+
+
+def numa_nodes_with_cpus(topo: dict) -> list[int]:
+    return sorted(int(k) for k, v in (topo.get("nodes") or {}).items() if parse_cpulist(v))
+
+
+def holders(cpus: set[int], held: dict[str, set[int]], but: str) -> list[str]:
+    """The other GPU containers whose sets share a CPU with *cpus*, as "130 (CPUs 0-3)"."""
+    return [f"{vmid} (CPUs {cpulist(mine & cpus)})" for vmid, mine in sorted(held.items(), key=lambda kv: int(kv[0]))
+            if vmid != but and mine & cpus]
 
 
 def judge(h: Host) -> Finding:
@@ -115,20 +145,33 @@ def judge(h: Host) -> Finding:
     online = set(parse_cpulist(topo.get("online") or ""))
     running = lxc.get("cpusets") or {}
     restart_ok = flag(h.s.get("lxc_restart"), False)
-    edits, restarts, drift, manual, good = [], [], [], [], []
+    node_cpus = {int(k): set(parse_cpulist(v)) for k, v in (topo.get("nodes") or {}).items()}
+    one_node = len(numa_nodes_with_cpus(topo)) <= 1
+    wanted = []                                 # (vmid, config, passthrough) of each container given GPUs
     for vmid, text in sorted((lxc.get("configs") or {}).items(), key=lambda kv: int(kv[0])):
         pt = lxcconf.inspect(vmid, text or "")
-        if not pt.gives_gpus:
-            continue
-        cpuset, cores = lxcconf.cpu_request(text or "")
+        if pt.gives_gpus:
+            wanted.append((vmid, text or "", pt))
+    # the CPUs each GPU container holds for good (its raw set) or is given in this run
+    held = {vmid: set(parse_cpulist(cpuset)) for vmid, text, _ in wanted
+            for cpuset in [lxcconf.cpu_request(text)[0]] if cpuset is not None}
+    edits, restarts, drift, manual, good = [], [], [], [], []
+    for vmid, text, pt in wanted:
+        cpuset, cores = lxcconf.cpu_request(text)
         per_node, unknown = gpu_nodes(pt, nv, h.pci)
         if cpuset is not None:
-            cpus = set(parse_cpulist(cpuset))
-            node_cpus = {int(k): set(parse_cpulist(v)) for k, v in (topo.get("nodes") or {}).items()}
+            cpus = held[vmid]
             left_out = sorted(n for n in per_node if not cpus & node_cpus.get(n, set()))
             if left_out:
                 manual.append(f"{vmid}: its CPU set {cpuset} has no CPU of NUMA node "
                               f"{', '.join(map(str, left_out))}, where its GPUs are (your choice to keep)")
+                continue
+            # each pair said once, at the second of the two
+            shared = holders(cpus, {v: c for v, c in held.items() if int(v) < int(vmid)}, vmid)
+            if shared:
+                manual.append(f"{vmid}: its CPU set {cpuset} shares CPUs with {', '.join(shared)}: pvestatd never "
+                              "moves a fixed set, so both serve from the same CPUs; give one of them other CPUs "
+                              "(or remove its lxc.cgroup2.cpuset.cpus and let gpuhost choose one apart)")
                 continue
             live = running.get(vmid)
             if live is not None and set(parse_cpulist(live)) != cpus & online:
@@ -140,6 +183,10 @@ def judge(h: Host) -> Finding:
         if cores is None or cores >= len(online):
             good.append(f"{vmid}: every CPU (no cores limit below the host's {len(online)})")
             continue
+        if one_node:
+            good.append(f"{vmid}: cores: {cores} on a host whose CPUs are all on one NUMA node (any {cores} are as "
+                        "near its GPUs; pvestatd keeps balancing them)")
+            continue
         now = f", now {spread(running[vmid], topo)}" if vmid in running else ""
         if not pt.gpu_nodes:
             manual.append(f"{vmid}: cores: {cores} picks CPUs at random{now}; it is given no /dev/nvidiaN, so which "
@@ -148,14 +195,22 @@ def judge(h: Host) -> Finding:
         if unknown:
             manual.append(f"{vmid}: cores: {cores} picks CPUs at random{now}; " + "; ".join(unknown))
             continue
-        chosen = choose(cores, per_node, topo)
+        nodes = ", ".join(map(str, sorted(per_node)))
+        taken = frozenset(c for v, mine in held.items() if v != vmid for c in mine)
+        chosen = choose(cores, per_node, topo, taken)
         if chosen is None:
-            manual.append(f"{vmid}: cores: {cores} is more whole cores than NUMA node "
-                          f"{', '.join(map(str, sorted(per_node)))} of its GPUs have")
+            if choose(cores, per_node, topo) is None:
+                manual.append(f"{vmid}: cores: {cores} is more whole cores than NUMA node {nodes} of its GPUs have")
+            else:
+                gpu_cpus = set().union(*(node_cpus.get(n, set()) for n in per_node))
+                manual.append(f"{vmid}: cores: {cores} does not fit on NUMA node {nodes} of its GPUs apart from "
+                              f"{', '.join(holders(gpu_cpus, held, vmid))}: containers that share CPUs would "
+                              "keep them for good; lower cores or move a container's GPUs, then run gpuhost again")
             continue
+        held[vmid] = set(chosen)
         cpus = cpulist(chosen)
         drift.append(f"{vmid}: cores: {cores} picks CPUs at random at every start{now}; gets {cpus} "
-                     f"(NUMA node {', '.join(map(str, sorted(per_node)))} of its GPUs)")
+                     f"(NUMA node {nodes} of its GPUs)")
         edits.append({"path": f"/etc/pve/lxc/{vmid}.conf", "vmid": vmid, "cpus": cpus})
         if vmid in running:
             restarts.append(vmid)
