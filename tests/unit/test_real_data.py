@@ -354,11 +354,30 @@ def test_a_real_xid_79_makes_the_gpu_health_manual_naming_it(tmp_path):
     from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
 
     lines = (DATA / "gpu/dmesg-xid79-h800").read_text().splitlines()
-    assert devices.xids_in(lines) == [{"pci": "0000:5d:00", "xid": 79, "count": 1,
+    assert devices.xids_in(lines) == [{"pci": "0000:5d:00", "xid": 79, "count": 1, "since_reset": True,
                                        "message": "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."}]
     f = _health(tmp_path, lines, "0000:5d:00.0")
     assert f["status"] == "manual", f
     assert "0000:5d:00: Xid 79 in this boot's kernel log: pid='<unknown>', name=<unknown>, GPU has fallen off" in f["message"]
+
+
+def test_an_xid_before_the_gpus_next_attach_does_not_count(tmp_path):
+    """The real H800's lines (its UUID line, then Xid 79), then the same UUID line again, as
+    the driver logs it before the first Xid of a GPU attached anew (a reset: kernel_rc.c
+    _krcLogUuidOnce), and an application's Xid 13: the 79 came before the reset and no
+    longer counts; health.gpu passes and says what it left out."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    lines = (DATA / "gpu/dmesg-xid79-h800").read_text().splitlines()
+    after = [lines[0].replace("4254.197816", "5100.000001"),
+             "[ 5100.000002] NVRM: Xid (PCI:0000:5d:00): 13, pid=1, name=python3, Graphics Exception"]
+    xids = devices.xids_in(lines + after)
+    assert [(x["xid"], x["since_reset"]) for x in xids] == [(79, False), (13, True)]
+    f = _health(tmp_path, lines + after, "0000:5d:00.0")
+    assert f["status"] == "pass", f
+    assert "Xid 79 before the GPU's last reset" in f["observed"]
+    # without the second UUID line, the 79 is this attach's: manual
+    assert _health(tmp_path, lines, "0000:5d:00.0")["status"] == "manual"
 
 
 def test_real_application_xids_leave_the_gpu_healthy(tmp_path):

@@ -65,7 +65,9 @@ def topology(spec: HostSpec) -> list[CpuTopo]:
 
 # how the NVIDIA driver words the Xids the lab logs, as real logs show them
 # (tests/real_data/SOURCES.md: gpu/xid-*); the rest get the lab's own words
-XID_WORDS = {79: "GPU has fallen off the bus.", 13: "Graphics Exception: ESR 0x52e7b0=0x101000e 0x52e7b4=0x4"}
+XID_WORDS = {79: "GPU has fallen off the bus.", 13: "Graphics Exception: ESR 0x52e7b0=0x101000e 0x52e7b4=0x4",
+             # the catalog's words (docs.nvidia.com/deploy/xid-errors): ROBUST_CHANNEL_UNCONTAINED_ERROR
+             95: "Uncontained memory error"}
 
 
 class Machine:
@@ -804,14 +806,18 @@ class Machine:
     def kmsg(self) -> str:
         """This boot's kernel log as /dev/kmsg gives it ("level,seq,usec,flags;message",
         Documentation/ABI/testing/dev-kmsg): a first line, then each GPU's Xids as the NVIDIA
-        driver words them (real logs: tests/real_data/SOURCES.md); a GPU that fell off the bus
-        logs Xid 79 as it goes."""
+        driver words them (real logs: tests/real_data/SOURCES.md), each attach of the GPU's
+        first Xid after its UUID line (kernel_rc.c _krcLogUuidOnce: once per attach, so again
+        after a reset); a GPU that fell off the bus logs Xid 79 as it goes."""
         records = [(6, f"Linux version {self.boot.release} (gpuhost lab kernel model)")]
         for gpu in (self.spec.nvidia.gpus if self.spec.nvidia else []):
             xids = list(gpu.health.xids) + ([79] if gpu.health.off_bus and 79 not in gpu.health.xids else [])
-            for xid in xids:
-                records.append((4, f"NVRM: Xid (PCI:{gpu.bdf[:-2]}): {xid}, pid='<unknown>', name=<unknown>, "
-                                   + XID_WORDS.get(xid, "an error the lab does not word")))
+            for attach in (gpu.health.xids_before_reset, xids):
+                if attach:
+                    records.append((4, f"NVRM: GPU at PCI:{gpu.bdf[:-2]}: {gpu.uuid}"))
+                for xid in attach:
+                    records.append((4, f"NVRM: Xid (PCI:{gpu.bdf[:-2]}): {xid}, pid='<unknown>', name=<unknown>, "
+                                       + XID_WORDS.get(xid, "an error the lab does not word")))
         return "".join(f"{level},{seq},{seq * 1000},-;{msg}\n" for seq, (level, msg) in enumerate(records))
 
     def _power_view(self, gpu) -> dict | None:

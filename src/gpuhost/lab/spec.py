@@ -218,6 +218,9 @@ class GpuHealth(_Strict):
     GPU fell off the bus (Xid 79): its config space reads all ones from then on."""
     recovery_action: Optional[str] = None
     xids: list[int] = Field(default_factory=list)
+    # Xids the GPU logged in this boot before a reset (nvidia-smi -r): they stay in the log,
+    # and the GPU's UUID line comes again before the first Xid after it
+    xids_before_reset: list[int] = Field(default_factory=list)
     remapped_rows_pending: bool = False
     retired_pages_pending: bool = False
     off_bus: bool = False

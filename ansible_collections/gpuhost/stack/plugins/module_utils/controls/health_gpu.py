@@ -20,15 +20,26 @@ CONTROL = Control(
                 "Documentation/ABI/testing/dev-kmsg", "Azure/azurehpc-health-checks: critical Xids"),
     passes=("every NVIDIA GPU's config space answers (not all ones), the driver asks for no recovery action and has "
             "no row remap or page retirement pending, and this boot's kernel log has no critical Xid (48 56 57 58 62 "
-            "63 64 65 68 69 73 74 79 80 81 92 119 120); health findings stop a reboot roll-out"),
+            "64 65 68 69 73 74 79 80 81 95 119 120) since the GPU was last attached (an Xid before its UUID line "
+            "came again, at a reset, does not count; nor an Xid 95 once the driver, which asks for the reset it "
+            "needs, asks for none); 63 and 92 count through the remap and retirement state they record; health "
+            "findings stop a reboot roll-out"),
     repair="manual: never fixed; reset or drain the GPU as the driver asks, or replace it",
     facts=("pci", "nvidia", "kernel_log"),
 )
 
 
 # Xids that mean the GPU (or its memory, NVLink or firmware) needs a person, as Azure's
-# HPC health checks list them; application faults (13, 31, 43, ...) are left out
-CRITICAL_XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120)
+# HPC health checks list them, and 95 (an uncontained memory error: "the affected GPU must be
+# reset before applications can restart", NVIDIA's Xid catalog). Application faults (13, 31,
+# 43, ...) are left out, and so are 63 (a row remap or page retirement recorded) and 92 (a high
+# single-bit error rate): what they leave behind is the pending remap or retirement the driver
+# reports, judged below, not the line in the log
+CRITICAL_XIDS = (48, 56, 57, 58, 62, 64, 65, 68, 69, 73, 74, 79, 80, 81, 95, 119, 120)
+# the driver reports the recovery action each fault still needs (nvidia-smi --help-query-gpu
+# gpu_recovery_action: "Action to take to clear fault that previously happened"); an
+# uncontained error's is a GPU reset, so once it asks for none the reset was made
+CLEARED_BY_RESET = (95,)
 
 
 def judge(h: Host) -> Finding:
@@ -52,12 +63,22 @@ def judge(h: Host) -> Finding:
         if health.get("retired_pages_pending"):
             problems.append(f"{g['bdf']}: a memory page retirement is pending (it takes effect at a GPU reset)")
     log = h.section("kernel_log")
+    history: list[str] = []         # critical Xids a reset has answered since: said, not counted
+    actions = {str(g.get("bdf", ""))[:-2]: (g.get("health") or {}).get("recovery_action") for g in nv.get("gpus") or []}
     if log is not None:
         for x in log.get("xids") or []:
-            if x["xid"] in CRITICAL_XIDS:
-                times = f" ({x['count']} times)" if x.get("count", 1) > 1 else ""
-                problems.append(f"{x['pci']}: Xid {x['xid']} in this boot's kernel log{times}: {x.get('message', '')}")
-    observed_ok = f"{len(gpus)} GPUs answer, no recovery action, no pending remap, no critical Xid"
+            if x["xid"] not in CRITICAL_XIDS:
+                continue
+            if x.get("since_reset") is False:
+                history.append(f"{x['pci']}: Xid {x['xid']} before the GPU's last reset")
+                continue
+            if x["xid"] in CLEARED_BY_RESET and actions.get(x["pci"]) == "None":
+                history.append(f"{x['pci']}: Xid {x['xid']}, and the driver asks for no reset since")
+                continue
+            times = f" ({x['count']} times)" if x.get("count", 1) > 1 else ""
+            problems.append(f"{x['pci']}: Xid {x['xid']} in this boot's kernel log{times}: {x.get('message', '')}")
+    observed_ok = f"{len(gpus)} GPUs answer, no recovery action, no pending remap, no critical Xid" + (
+        f" (not counted: {'; '.join(history)})" if history else "")
     if problems:
         return Finding(cid, "manual", "; ".join(problems), "every GPU healthy",
                        "; ".join(problems) + ": drain the GPU's work, then reset it (nvidia-smi -r) or reboot as the "

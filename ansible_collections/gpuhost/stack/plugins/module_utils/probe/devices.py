@@ -270,24 +270,42 @@ def smi_fabric(row):
 # an Xid as the NVIDIA driver logs it: "NVRM: Xid (PCI:0000:5d:00): 79, pid=..., GPU has fallen
 # off the bus." (the function number is not printed)
 XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\): (\d+),\s*(.*)")
-XID_KEPT = 256          # distinct (GPU, Xid) pairs kept; the kernel's buffer bounds the rest
+# what the driver logs once per GPU object, just before that object's first Xid
+# (src/nvidia/src/kernel/gpu/rc/kernel_rc.c, _krcLogUuidOnce: "NVRM: GPU at PCI:%04x:%02x:%02x: %s",
+# the UUID). The object is made anew when the GPU is attached again (a GPU reset, a driver
+# reload), so a second such line for a GPU means every Xid before it came before that reset.
+GPU_AT = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}): (GPU-[0-9a-fA-F-]+)")
+XID_KEPT = 256          # distinct (GPU, Xid, attach) entries kept; the kernel's buffer bounds the rest
 
 
 def xids_in(lines):
     """The Xids in kernel log lines (/dev/kmsg records, dmesg or journal lines alike): one
-    entry per GPU and Xid, with how often it came and its last message."""
+    entry per GPU, Xid and attach of the GPU, with how often it came and its last message.
+    *since_reset* is False for an Xid the GPU logged before it was attached again (its UUID
+    line came again after it): the reset the Xid asked for has happened since."""
     seen = {}
+    attach = {}             # GPU: how many times the driver logged its UUID line
     for line in lines:
+        m = GPU_AT.search(line)
+        if m:
+            pci = m.group(1).lower()
+            attach[pci] = attach.get(pci, 0) + 1
+            continue
         m = XID.search(line)
         if not m:
             continue
-        key = (m.group(1).lower(), int(m.group(2)))
+        pci = m.group(1).lower()
+        key = (pci, int(m.group(2)), attach.get(pci, 0))
         if key not in seen and len(seen) >= XID_KEPT:
             continue
-        entry = seen.setdefault(key, {"pci": key[0], "xid": key[1], "count": 0})
+        entry = seen.setdefault(key, {"pci": key[0], "xid": key[1], "count": 0, "attach": key[2]})
         entry["count"] += 1
         entry["message"] = m.group(3).strip()[:200]
-    return sorted(seen.values(), key=lambda e: (e["pci"], e["xid"]))
+    out = []
+    for entry in sorted(seen.values(), key=lambda e: (e["pci"], e["attach"], e["xid"])):
+        entry["since_reset"] = entry.pop("attach") == attach.get(entry["pci"], 0)
+        out.append(entry)
+    return out
 
 
 KMSG_RECORDS = 200000   # at most this many records: the buffer is bounded, a log flood is not
