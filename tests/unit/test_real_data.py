@@ -571,6 +571,9 @@ def test_a_real_mig_gpu_is_drift_where_the_inventory_wants_mig_off(tmp_path):
         gpu = copy.deepcopy(template)
         gpu.update(index=i, bdf=f"0000:{0x41 + i:02x}:00.0")
         gpu["modes"]["mig"] = devices.smi_modes(dict(zip(names, (c.strip() for c in r.split(",")))))["mig"]
+        if gpu["modes"]["mig"][0] == "Enabled":
+            # its GPU instances are not in the paste: one, as a GPU serving through MIG has
+            gpu["mig_instances"] = 1
         facts["nvidia"]["gpus"].append(gpu)
     unset = controls.evaluate(copy.deepcopy(facts), {"controls": ["nvidia.gpu_modes"]})["nvidia.gpu_modes"]
     assert unset["status"] == "pass", unset

@@ -10,6 +10,7 @@ import errno
 import json
 import random
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -129,6 +130,13 @@ class Machine:
                                      [kept[m], kept[m]] if kept else [getattr(g, m).current, getattr(g, m).pending])
                                  for m in ("mig", "ecc")}
             self.nvram[g.bdf] = {m: v[1] for m, v in self.modes[g.bdf].items() if v}
+        # GPU instances: the spec's when the lab starts, and at every later boot only what the
+        # enabled units create (nvidia-smi mig -cgi ...), on a GPU whose MIG mode is on
+        self.mig_instances = {g.bdf: (g.mig_instances if first_boot else 0) for g in gpus}
+        for command in [] if first_boot else boot.units:
+            self._create_mig_instances(shlex.split(command))
+        self.mig_instances = {bdf: (n if (self.modes[bdf]["mig"] or ["Disabled"])[0] == "Enabled" else 0)
+                              for bdf, n in self.mig_instances.items()}
         self.config: dict[str, tuple[bytearray, bytearray]] = {}
         bus_range = self._bus_ranges()
         for dev in spec.pci:
@@ -522,6 +530,7 @@ class Machine:
         t.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(self.power_limit)), self._write_power_limit)
         t.attr("ctl/nvidia-compute-mode", lambda: text(json.dumps(self.compute_mode)), self._write_compute_mode)
         t.attr("ctl/nvidia-pending-mode", lambda: text(json.dumps(self.modes)), self._write_pending_mode)
+        t.attr("ctl/nvidia-mig-instances", lambda: text(json.dumps(self.mig_instances)), self._write_mig_instances)
         # this boot's kernel log, which the host's init binds at /dev/kmsg
         t.attr("ctl/kmsg", lambda: self.kmsg().encode())
         # the host's init makes these nodes in its /dev (a tmpfs of its own)
@@ -569,6 +578,7 @@ class Machine:
                              "numa_node": dev.numa_node, "power": self._power_view(g),
                              "compute_mode": self.compute_mode[g.bdf],
                              "mig": self.modes[g.bdf]["mig"], "ecc": self.modes[g.bdf]["ecc"],
+                             "mig_instances": self.mig_instances[g.bdf],
                              "fabric": self._fabric(g),
                              "health": g.health.model_dump()})
         return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,
@@ -851,6 +861,30 @@ class Machine:
             raise OSError(errno.EOPNOTSUPP, "Operation not supported")
         pair[1] = state
         self.nvram[target][mode] = state
+
+    def _create_mig_instances(self, argv: list[str]) -> None:
+        """What `nvidia-smi [-i ID] mig -cgi P1,P2,...` leaves: the lab's GPU holds that many
+        GPU instances (up to seven), on each chosen GPU whose MIG mode is on."""
+        request = shimlib.mig_create_request(argv)
+        if request is None:
+            return
+        gpu, count = request
+        for i, g in enumerate(self.spec.nvidia.gpus if self.spec.nvidia else []):
+            if gpu is not None and gpu not in (str(i), g.uuid, "0000" + g.bdf.upper(), g.bdf):
+                continue
+            if (self.modes[g.bdf]["mig"] or ["Disabled"])[0] == "Enabled":
+                self.mig_instances[g.bdf] = min(shimlib.MIG_MAX_INSTANCES, count)
+
+    def _write_mig_instances(self, value: bytes) -> None:
+        """"<bdf> <count>" from nvidia-smi mig -cgi: the GPU's instances now (MIG on)."""
+        target, _, count = _word(value).partition(" ")
+        if target not in self.mig_instances or not count.isdigit():
+            raise einval()
+        if not self.boot.nvidia_loaded:
+            raise OSError(errno.ENODEV, "No such device")
+        if (self.modes[target]["mig"] or ["Disabled"])[0] != "Enabled":
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        self.mig_instances[target] = min(shimlib.MIG_MAX_INSTANCES, int(count))
 
     def _write_power_limit(self, value: bytes) -> None:
         """"<bdf> <watts>" from nvidia-smi -pl. Without persistence mode the driver tears the

@@ -282,6 +282,10 @@ class Gpu(_Strict):
     mig: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Disabled", pending="Disabled"))
     ecc: Optional[ModePair] = Field(default_factory=lambda: ModePair(current="Enabled", pending="Enabled"))
     fabric: Optional[GpuFabric] = None
+    # hostspec.md: the GPU instances a MIG GPU has when the lab starts. They are gone after
+    # every boot ("the created MIG devices are not persistent across system reboots", NVIDIA
+    # MIG User Guide) unless an enabled unit creates them (nvidia-smi mig -cgi ...)
+    mig_instances: int = Field(default=0, ge=0, le=7)
 
     @property
     def aperture_mib(self) -> int:

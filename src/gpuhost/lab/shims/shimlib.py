@@ -404,3 +404,34 @@ def initramfs_modprobe(image: str) -> dict:
             name, _, text = chunk.partition("\n")
             files[name] = text
     return files
+
+
+# the lab's GPUs offer one GPU instance profile, as an RTX PRO 6000 Blackwell's smallest:
+# what `nvidia-smi mig -lgi` lists for each instance (NVIDIA MIG User Guide's table columns)
+MIG_PROFILE = ("MIG 1g.24gb", 14)
+MIG_MAX_INSTANCES = 7          # a MIG GPU holds at most seven GPU instances (MIG User Guide)
+
+
+def mig_create_request(argv: list) -> tuple | None:
+    """An `nvidia-smi [-i ID] mig -cgi P1,P2,... [-C]` command line as (ID or None, number of
+    GPU instances it asks for); None for any other command."""
+    words = list(argv)
+    if not words or not words[0].endswith("nvidia-smi"):
+        return None
+    gpu, profiles, seen_mig = None, None, False
+    i = 1
+    while i < len(words):
+        w = words[i]
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        if w in ("-i", "--id") and nxt is not None:
+            gpu, i = nxt, i + 1
+        elif w.startswith(("--id=", "-i=")):
+            gpu = w.split("=", 1)[1]
+        elif w == "mig":
+            seen_mig = True
+        elif w in ("-cgi", "--create-gpu-instance") and nxt is not None:
+            profiles, i = nxt, i + 1
+        i += 1
+    if not seen_mig or profiles is None:
+        return None
+    return gpu, len([p for p in profiles.split(",") if p.strip()])

@@ -1,4 +1,11 @@
 """nvidia.gpu_modes: Every GPU's compute mode lets the server in, and no MIG or ECC change waits for a reset.
+
+MIG mode survives a reboot (on Ampere in the InfoROM; on Hopper and later while the driver is
+loaded, and nvidia-smi -mig is then run again by whatever set it), its GPU instances do not:
+"the created MIG devices are not persistent across system reboots" and "simply enabling MIG
+mode on the GPU is not sufficient" (NVIDIA MIG User Guide). A MIG GPU without GPU instances
+offers no CUDA device, so gpuhost enables MIG only where an enabled unit creates the
+instances at boot (mig-parted's nvidia-mig-manager.service, nvidia-smi mig -cgi).
 """
 from __future__ import annotations
 
@@ -21,11 +28,16 @@ CONTROL = Control(
                "unplanned reset"),
     references=("nvidia-smi(1): -c/--compute-mode, -mig/--multi-instance-gpu, -e/--ecc-config; -q Compute Mode, "
                 "MIG Mode and ECC Mode Current/Pending",
+                "NVIDIA MIG User Guide: GPU instances are not persistent across reboots; nvidia-smi mig -lgi, -cgi",
+                "NVIDIA/mig-parted: deployments/systemd/nvidia-mig-manager.service",
                 "NVML nvmlDeviceSetComputeMode: not persisted across reboots on Linux"),
     passes=("every GPU's compute mode `gpuhost_nvidia_compute_mode` (Default); MIG and ECC current == pending, and "
-            "== `gpuhost_nvidia_mig` / `gpuhost_nvidia_ecc` where set; a change that waits is pending_reboot"),
+            "== `gpuhost_nvidia_mig` / `gpuhost_nvidia_ecc` where set; a change that waits is pending_reboot; a GPU "
+            "with MIG on has GPU instances (`nvidia-smi mig -lgi`), else manual; MIG is turned on only where an "
+            "enabled unit creates the instances at boot, else manual"),
     repair=("`nvidia-smi -i <bus id> -c <mode>` now, and a boot unit where the mode is not the boot's Default; MIG "
-            "and ECC where set: `nvidia-smi -i <bus id> -mig` or `-e` with 0 or 1, then a reboot applies it"),
+            "and ECC where set: `nvidia-smi -i <bus id> -mig` or `-e` with 0 or 1, then a reboot applies it (MIG on "
+            "only where a unit creates its GPU instances at boot)"),
     facts=("nvidia", "units"),
     units=("gpuhost-nvidia-compute-mode.service",),
     params=(Param("gpuhost_nvidia_compute_mode", "str", "Default", "nvidia_compute_mode",
@@ -64,6 +76,7 @@ def judge(h: Host) -> Finding:
     wanted = {"mig": flag(h.s.get("nvidia_mig")), "ecc": flag(h.s.get("nvidia_ecc"))}
     observed = "; ".join(f"{g['bdf']} {g['modes']['compute'] or '?'}"
                          + "".join(f", {m.upper()} {'/'.join(g['modes'][m])}" for m in ("mig", "ecc") if g["modes"][m])
+                         + (f" ({g['mig_instances']} GPU instances)" if g.get("mig_instances") else "")
                          for g in gpus)
     expected = f"compute {compute}" + "".join(f", {m.upper()} {WORDS[w]}" for m, w in wanted.items() if w is not None) \
         + ", nothing pending"
@@ -74,6 +87,35 @@ def judge(h: Host) -> Finding:
         return Finding(cid, "manual", observed, expected,
                        ", ".join(lacking) + f" (nvidia-smi reports it [N/A]); set gpuhost_nvidia_{'mig' if 'MIG' in lacking[0] else 'ecc'} "
                        "to \"\" or false for this host")
+    # MIG on with no GPU instance: no CUDA device at all (and it comes back so after every boot
+    # unless a unit creates the instances)
+    boot_units = nv.get("mig_boot_units") or []
+    creates = (f"{', '.join(boot_units)} did not create them this boot (see its journal)" if boot_units else
+               "MIG mode survives a reboot, its instances do not: create them (nvidia-smi mig -cgi <profiles> -C) "
+               "and enable a unit that creates them at every boot (mig-parted's nvidia-mig-manager.service)")
+    # a GPU whose MIG the inventory turns off is drift below, whatever instances it has
+    serving_mig = [g for g in gpus if (g["modes"]["mig"] or [None])[0] == "Enabled" and wanted["mig"] is not False]
+    unread = [g["bdf"] for g in serving_mig if g.get("mig_instances") is None]
+    if unread:
+        return error(cid, f"cannot tell whether MIG GPUs {', '.join(unread)} have GPU instances: "
+                          f"{nv.get('mig_error') or 'nvidia-smi mig -lgi said nothing'}")
+    empty = [g["bdf"] for g in serving_mig if g.get("mig_instances") == 0]
+    if empty:
+        which = f"{', '.join(empty)} {'has' if len(empty) == 1 else 'have'}"
+        return Finding(cid, "manual", observed + "; no GPU instance on " + ", ".join(empty), expected,
+                       f"{which} MIG on and no GPU instance, so no CUDA device: {creates}")
+    # MIG turned on (now, or at the next reset) where nothing creates its instances at boot
+    # would leave the GPU with none: gpuhost does not turn it on, nor lets a reset do it unseen
+    if not boot_units:
+        enabling = [g["bdf"] for g in gpus if g["modes"]["mig"] and (
+            (wanted["mig"] is True and g["modes"]["mig"][1] != "Enabled") or
+            (g["modes"]["mig"][0] != "Enabled" and g["modes"]["mig"][1] == "Enabled"))]
+        if enabling:
+            return Finding(cid, "manual", observed, expected,
+                           f"MIG {'is wanted' if wanted['mig'] else 'waits to be turned on'} on {', '.join(enabling)}, "
+                           "but no enabled unit creates GPU instances at boot: MIG on with no instance offers no CUDA "
+                           "device; enable one first (mig-parted's nvidia-mig-manager.service, or a unit running "
+                           "nvidia-smi mig -cgi <profiles> -C)")
     kinds: list = []
     said: list[str] = []
     for g in gpus:

@@ -160,6 +160,17 @@ class DevicesProbe:
             out["userspace"] = row["driver_version"]
         if not out["gpus"] and "No devices were found" in text:
             out["no_devices"] = True
+        if any(g["modes"]["mig"] for g in out["gpus"]):
+            out["mig_boot_units"] = self.mig_boot_units()
+        if any((g["modes"]["mig"] or [None])[0] == "Enabled" for g in out["gpus"]):
+            # MIG mode survives a reboot, its GPU instances do not (NVIDIA MIG User Guide):
+            # how many each MIG GPU has now, and whether anything creates them at boot
+            rc, text, err = self.command([self.p(smi), "mig", "-lgi"])
+            counts, why = parse_mig_lgi(rc, text + err)
+            out["mig_error"] = why
+            for g in out["gpus"]:
+                if (g["modes"]["mig"] or [None])[0] == "Enabled":
+                    g["mig_instances"] = None if counts is None else counts.get(g["index"], 0)
         if len(out["gpus"]) >= 2:
             # peer-to-peer as the driver sees it, one read per direction (NCCL's troubleshooting
             # guide asks for it): a GPU x GPU matrix of the legend's codes
@@ -173,6 +184,21 @@ class DevicesProbe:
                     break
                 out["p2p"][mode] = matrix
         return out
+
+    def mig_boot_units(self):
+        """The enabled units whose ExecStart creates GPU instances at boot: mig-parted's
+        nvidia-mig-manager.service (its service.sh), nvidia-mig-parted apply, or nvidia-smi mig
+        -cgi. Read as systemd reads them (effective_unit); nothing is run."""
+        found = []
+        for d in ("/etc/systemd/system",):
+            for link in self.glob(d + "/*.target.wants/*.service"):
+                name = os.path.basename(link)
+                if name in found:
+                    continue
+                unit = self.effective_unit(name)
+                if any(MIG_CREATES.search(cmd or "") for cmd in unit.get("exec_start") or []):
+                    found.append(name)
+        return sorted(found)
 
     def probe_kernel_log(self):
         """The NVIDIA driver's Xids in this boot's kernel log (/dev/kmsg: root, or CAP_SYSLOG)."""
@@ -249,6 +275,32 @@ def smi_modes(row):
             if _mode(row.get("mig.mode.current")) else None,
             "ecc": [_mode(row.get("ecc.mode.current")), _mode(row.get("ecc.mode.pending"))]
             if _mode(row.get("ecc.mode.current")) else None}
+
+
+# a command that creates GPU instances at boot: mig-parted's unit runs
+# /etc/nvidia-mig-manager/service.sh (deployments/systemd/nvidia-mig-manager.service), which
+# runs nvidia-mig-parted apply; or nvidia-smi mig -cgi (--create-gpu-instance) itself
+MIG_CREATES = re.compile(r"nvidia-mig-manager/|nvidia-mig-parted\b.*\bapply\b|"
+                         r"nvidia-smi\b.*\bmig\b.*(?:\s-cgi\b|--create-gpu-instance\b)")
+# a row of nvidia-smi mig -lgi's table: "|   0  MIG 1g.10gb   19    9    2:1   |" (GPU, name,
+# profile ID, instance ID, placement: NVIDIA MIG User Guide, "Getting Started with MIG")
+MIG_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+\S+\s+(\d+)\s+(\d+)\s+\d+:\d+\s*\|$")
+
+
+def parse_mig_lgi(rc, text):
+    """({GPU index: GPU instances}, None) from nvidia-smi mig -lgi, or (None, why) where it
+    did not say. "No GPU instances found" (exit 6) is zero instances everywhere."""
+    if "No GPU instances found" in text:
+        return {}, None
+    counts = {}
+    for line in text.splitlines():
+        m = MIG_ROW.match(line.strip())
+        if m:
+            counts[int(m.group(1))] = counts.get(int(m.group(1)), 0) + 1
+    if rc == 0 and "GPU instances:" in text:
+        return counts, None
+    first = (text.strip().splitlines() or ["exit %d" % rc])[0]
+    return None, "nvidia-smi mig -lgi: " + first
 
 
 # NVML's GPU fabric states (nvmlGpuFabricState_t: NOT_SUPPORTED, NOT_STARTED, IN_PROGRESS,
