@@ -146,6 +146,31 @@ def test_a_finding_gpuhosts_last_reboot_did_not_clear_is_manual(tmp_path):
     assert host.finding("iommu.mode")["status"] == "pending_reboot"
 
 
+def test_a_record_another_user_could_have_written_is_not_trusted(tmp_path):
+    """The fault campaign's planted last-reboot.json (another user's, mode 0666) stopped every
+    reboot and blamed one that never happened: gpuhost trusts its records on a host only as it
+    writes them (root's, no one else may write), and says which one it ignored."""
+    import os
+
+    host = _render(tmp_path, {"boot": {"cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active"}}, None)
+    host.write("/etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet amd_pstate=active iommu=pt\n")
+    record = controls.reboot_record(host.judge(), "a-boot-before-this-one", "2026-12-02T03:00:00Z")
+    path = host.root / "var/lib/gpuhost/last-reboot.json"
+    host.write("/var/lib/gpuhost/last-reboot.json", json.dumps(record))
+    assert host.finding("iommu.mode")["status"] == "manual"          # gpuhost's own: trusted
+    for planted in ((0, 0o666), (1000, 0o644), (1000, 0o600)):
+        os.chown(path, planted[0], -1)
+        os.chmod(path, planted[1])
+        assert host.finding("iommu.mode")["status"] == "pending_reboot", planted
+        why = "writable by others (mode 0666)" if planted[0] == 0 else "owned by uid 1000"
+        assert host.facts()["boot"]["untrusted_records"] == [
+            f"/var/lib/gpuhost/last-reboot.json: {why}, not gpuhost's: ignored"]
+    path.unlink()
+    path.symlink_to("/etc/hostname")
+    assert host.finding("iommu.mode")["status"] == "pending_reboot"
+    assert "not a plain file" in host.facts()["boot"]["untrusted_records"][0]
+
+
 # ---- a container keeps its GPUs -----------------------------------------------------------
 def test_an_allow_for_nvidia_uvm_is_kept_while_the_module_is_not_loaded(tmp_path):
     # after a host boot nothing has loaded nvidia-uvm yet: 508 is not in /proc/devices

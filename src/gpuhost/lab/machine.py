@@ -231,12 +231,13 @@ class Machine:
 
     def _render_cpus(self, t: Tree) -> None:
         n = len(self.cpus)
-        every = text(cpulist(list(range(n))))
+        slots = list(range(n, n + self.spec.cpu.hotplug_slots))
         off = set(self.boot.offline)
-        for name in ("possible", "present"):
-            t.attr(f"{CPU}/{name}", every)
+        t.attr(f"{CPU}/possible", text(cpulist(list(range(n)) + slots)))
+        t.attr(f"{CPU}/present", text(cpulist(list(range(n)))))
         t.attr(f"{CPU}/online", text(cpulist([c for c in range(n) if c not in off])))
-        t.attr(f"{CPU}/offline", text(cpulist(sorted(off))) if off else b"\n")
+        # offline: possible but not online (drivers/base/cpu.c print_cpus_offline), hotplug slots too
+        t.attr(f"{CPU}/offline", text(cpulist(sorted(off | set(slots)))) if off or slots else b"\n")
         t.attr(f"{CPU}/kernel_max", text(8191))
         smt = self.spec.firmware.smt and self.spec.cpu.threads_per_core > 1
         t.attr(f"{CPU}/smt/active", text(int(smt)))

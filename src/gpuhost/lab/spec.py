@@ -89,6 +89,10 @@ class Cpu(_Strict):
     cstates: list[CState] = Field(default_factory=list)
     # CPUs the kernel did not bring up (hostspec.md), besides those the command line keeps off
     offline: list[int] = Field(default_factory=list)
+    # hostspec.md cpu.hotplug_slots: possible CPUs the firmware lists that are not present
+    # (ACPI MADT entries with the enabled bit clear: Documentation/arch/x86/x86_64/cpu-hotplug-spec.rst);
+    # `possible` and `offline` list them, `present` does not (drivers/base/cpu.c print_cpus_offline)
+    hotplug_slots: int = Field(default=0, ge=0, le=8192)
     # boost at boot, before any unit; a scaling_max_freq below max_khz set at boot (hostspec.md)
     boost: bool = True
     max_khz_cap: Optional[int] = Field(default=None, ge=1)

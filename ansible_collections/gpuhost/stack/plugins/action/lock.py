@@ -22,6 +22,23 @@ POLL_S = 1.0
 MODULE = "gpuhost.stack.lock"
 
 
+def busy_line(held: dict, path: str, wait: int) -> str:
+    """One line for a lock still held after the wait: whose, since when, and what the operator
+    can do; a file that is no gpuhost lock, and a record dated ahead of the clock, said so."""
+    if held.get("foreign"):
+        return ("%s is not a gpuhost lock (%s) and is not yet old enough to be stale (waited %d s): remove it if no "
+                "gpuhost run is changing this host" % (path, held["foreign"], wait))
+    run = held.get("run") or {}
+    line = "another gpuhost run changes this host: %s holds %s since %s (waited %d s)" % (
+        held.get("holder") or "?", path, held.get("since") or "?", wait)
+    if held.get("note"):
+        line += "; " + held["note"]
+    if run and not runs.is_ours(run):
+        line += ("; its run is of another controller or user, so gpuhost cannot tell whether it lives: if it does "
+                 "not, remove %s on the host" % path)
+    return line
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("state", "path", "holder", "wait", "max_age", "token", "run", "take_over", "stop_file",
@@ -35,6 +52,12 @@ class ActionModule(ActionBase):
         wait = int(args.pop("wait", 1800) or 0)
         if args.get("state") != "acquired" or self._task.check_mode:
             return {**result, **self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)}
+        if isinstance(args.get("run"), dict):
+            # the run names ansible-playbook's own process too (this worker's parent): while it
+            # lives, its lock is never taken over, whatever became of the run's registry file
+            run = dict(args["run"])
+            run["procs"] = list(run.get("procs") or []) + [runs.process(os.getppid())]
+            args["run"] = run
         start, took_over, take_over = time.monotonic(), None, None
         while True:
             tried = dict(args, **({"take_over": take_over} if take_over else {}))
@@ -56,10 +79,7 @@ class ActionModule(ActionBase):
             if stop_file and os.path.exists(stop_file):
                 return {**result, "failed": True, "stopped": True,
                         "msg": "stopped while waiting for the host's lock (%s holds it): nothing was changed"
-                               % held.get("holder", "?")}
+                               % (held.get("holder") or "?")}
             if time.monotonic() - start >= wait:
-                return {**result, "failed": True,
-                        "msg": "another gpuhost run changes this host: %s holds %s since %s (waited %d s)"
-                               % (held.get("holder", "?"), args.get("path") or "/run/gpuhost/fix.lock",
-                                  held.get("since", "?"), wait)}
+                return {**result, "failed": True, "msg": busy_line(held, args.get("path") or "/run/gpuhost/fix.lock", wait)}
             time.sleep(POLL_S)

@@ -9,6 +9,13 @@ inherit the descriptor. The kernel drops a flock when the last descriptor holdin
 closes, whatever killed the process (SIGKILL included), so "nobody holds it" means the run
 and every process of it are gone: no pid that could be reused, no clock to trust.
 
+The registry is one place for every run of this user on this controller, whatever its
+$TMPDIR (cron, PrivateTmp, pam_tmpdir and CI each give another): /run/gpuhost-runs for root,
+$XDG_RUNTIME_DIR/gpuhost-runs (systemd's /run/user/UID) or else ~/.cache/gpuhost/runs for
+others. A run also names its processes by PID and start time (/proc/PID/stat, field 22): a
+file removed from the registry is no proof that the run is gone, so a run is gone only when
+nobody holds its file's flock and none of its processes lives.
+
 Controller side only (the CLI, the lock action plugin, the callback); standard library.
 """
 from __future__ import absolute_import, division, print_function
@@ -18,7 +25,7 @@ __metaclass__ = type
 import fcntl
 import os
 import socket
-import tempfile
+import stat
 import uuid
 
 
@@ -37,19 +44,70 @@ def controller_id():
         return f.read().strip() or socket.gethostname()
 
 
-def registry_dir():
-    """The user's own directory of live runs: made 0700, refused when it is a link or
-    another user's (a file there decides whether a host's lock is taken over)."""
-    path = os.path.join(tempfile.gettempdir(), "gpuhost-runs-%d" % os.getuid())
+def _home_dir():
+    if os.getuid() == 0:
+        return "/run/gpuhost-runs"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
     try:
+        st = os.stat(runtime) if runtime.startswith("/") else None
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+        return os.path.join(runtime, "gpuhost-runs")
+    return os.path.join(os.path.expanduser("~"), ".cache", "gpuhost", "runs")
+
+
+def registry_dir():
+    """The user's own directory of live runs, the same for every run of this user whatever
+    its $TMPDIR: made 0700, refused when it is a link or another user's (a file there decides
+    whether a host's lock is taken over)."""
+    path = _home_dir()
+    try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     st = os.lstat(path)
-    import stat
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise OSError("%s is not this user's own private directory: gpuhost keeps no run record there" % path)
     return path
+
+
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def start_time(pid):
+    """A process's start time in clock ticks since boot (/proc/PID/stat, field 22: proc(5)),
+    as a string; None when there is no such process. A PID and its start time together name
+    one process for the whole boot."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            text = f.read()
+    except (OSError, ValueError):
+        return None
+    # the command name (field 2) may hold spaces and parentheses: count from its last ')'
+    fields = text[text.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def process(pid):
+    """[pid, start time] of a live process, as a run names its processes."""
+    return [pid, start_time(pid)]
+
+
+def lives(proc):
+    """Whether the process a run named ([pid, start time]) still lives: the same PID with the
+    same start time (a PID used again by a later process starts later)."""
+    try:
+        pid, started = int(proc[0]), proc[1]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return False
+    return started is not None and pid > 0 and start_time(pid) == started
 
 
 def register():
@@ -59,7 +117,8 @@ def register():
     path = os.path.join(registry_dir(), run_id)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_SH)
-    return {"controller": controller_id(), "uid": os.getuid(), "id": run_id, "file": path}, fd
+    return {"controller": controller_id(), "boot": boot_id(), "uid": os.getuid(), "id": run_id, "file": path,
+            "procs": [process(os.getpid())]}, fd
 
 
 def hold(run):
@@ -83,21 +142,28 @@ def end(run, fd):
 
 
 def is_ours(run):
-    return isinstance(run, dict) and run.get("controller") == controller_id() and run.get("uid") == os.getuid()
+    """A run of this registry in this boot of the controller: only then do its file and its
+    processes say whether it lives."""
+    return (isinstance(run, dict) and run.get("controller") == controller_id() and run.get("uid") == os.getuid()
+            and run.get("boot", boot_id()) == boot_id())
 
 
 def gone(run):
-    """True when *run* was registered in this registry (this controller, this user, since
-    its /tmp was last emptied) and no process of it lives; False when it lives or cannot be
-    judged from here (another controller, user, or a registry since emptied: then the lock
-    is judged by its boot ID and age, as any other)."""
+    """True when *run* was registered in this registry (this controller, user and boot) and
+    the kernel says no process of it lives: nobody holds its file's flock (or the file is
+    gone) and none of the processes it named lives. False when it lives or cannot be judged
+    from here (another controller or user: then the lock is judged by its boot ID and age, as
+    any other)."""
     if not is_ours(run) or not isinstance(run.get("id"), str) or not run["id"].isalnum():
         return False
+    if any(lives(proc) for proc in run.get("procs") or []):
+        return False            # a process of the run lives, whatever became of its file
     path = os.path.join(registry_dir(), run["id"])
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        return True             # ended: its file removed (this registry's ID is the one in the lock)
+        # removed (it ended, or someone cleared the registry): its processes are gone too
+        return bool(run.get("procs"))
     except OSError:
         return False
     try:

@@ -10,11 +10,13 @@ DOCUMENTATION = r"""
 module: lock
 short_description: Take or give back the lock that lets one gpuhost run at a time change a host
 description:
-  - C(state=acquired) creates I(path) exclusively (C(O_CREAT|O_EXCL)) and returns a
+  - "C(state=acquired) writes I(path) (a hidden file renamed into place) while it holds an
+    exclusive flock on the directory of I(path), so reading, judging and replacing a lock is one
+    step, and of runs that take over the same stale lock at once, one wins. It returns a
     I(token) that C(state=released) must present, so a run only ever gives back its own
-    lock. It never waits: a lock another run holds comes back as C(busy), with its record.
+    lock. It never waits, and a lock another run holds comes back as C(busy), with its record.
     Waiting is the action plugin of the same name's, on the controller (I(wait)), so a run
-    that dies leaves nothing waiting on the host.
+    that dies leaves nothing waiting on the host."
   - "The lock lives under C(/run), a tmpfs: a reboot clears it. A lock recorded under
     another boot ID, or older than I(max_age) seconds (its run died without giving it
     back), is stale and taken over."
@@ -47,16 +49,21 @@ token: {description: the lock's token, returned: when acquired, type: str}
 waited: {description: seconds spent waiting for another run (the action plugin), returned: when acquired, type: float}
 took_over: {description: the stale lock that was replaced, returned: when one was, type: dict}
 busy: {description: another run holds the lock, returned: always when acquiring, type: bool}
-held: {description: the lock's record (holder, since, run), returned: when busy, type: dict}
+held: {description: "the lock's record (holder, since, run; foreign: why the file is no gpuhost lock; note: a record dated ahead of the host's clock)", returned: when busy, type: dict}
 """
 
+import fcntl
 import json
 import os
+import stat
 import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import safe_dir
+
+RECORD_MAX = 65536      # a gpuhost lock record is a few hundred bytes: a bigger file is not one
+
 
 def boot_id():
     try:
@@ -67,29 +74,111 @@ def boot_id():
 
 
 def read_lock(path):
+    """The lock's record; None when there is no lock. A file that is not a gpuhost lock (not its
+    JSON mapping, too big, a link, not root's or writable by others) comes back as
+    {"foreign": why}: judged by its age alone, and named as such."""
     try:
-        with open(path) as f:
-            return json.load(f)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
-        return {}           # half-written or foreign: judged by its age alone
+    if not stat.S_ISREG(st.st_mode):
+        return {"foreign": "not a plain file"}
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        return {"foreign": "owned by uid %d, mode %04o" % (st.st_uid, st.st_mode & 0o7777)}
+    if st.st_size > RECORD_MAX:
+        return {"foreign": "%d bytes, not a lock record" % st.st_size}
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"foreign": "not a gpuhost lock record (%s)" % (exc.strerror if isinstance(exc, OSError) else "not JSON")}
+    if not isinstance(data, dict) or not isinstance(data.get("token"), str):
+        return {"foreign": "not a gpuhost lock record (no token)"}
+    return data
+
+
+def age(path):
+    try:
+        return time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None
 
 
 def stale(lock, path, max_age):
     if lock.get("boot_id") and lock["boot_id"] != boot_id():
         return True
+    seconds = age(path)
+    return seconds is not None and seconds > max_age
+
+
+def shown(lock, path):
+    """What a busy answer tells of the lock: its holder, since when, its run, and what is
+    strange about it, each a plain value."""
+    out = {"holder": lock.get("holder") if isinstance(lock.get("holder"), str) else None,
+           "since": lock.get("since") if isinstance(lock.get("since"), str) else None,
+           "run": lock.get("run") if isinstance(lock.get("run"), dict) else None}
+    if out["holder"] and len(out["holder"]) > 200:
+        out["holder"] = out["holder"][:200] + "..."
+    if lock.get("foreign"):
+        out["foreign"] = lock["foreign"]
+    seconds = age(path)
+    if seconds is not None and seconds < -60:
+        out["note"] = "its record is dated %d s ahead of this host's clock (it becomes stale only that much later)" % -seconds
+    return out
+
+
+def write_new(path, record):
+    """The record, whole, under *path*: written to a hidden file beside it and renamed over
+    whatever is there (the caller holds the directory's flock)."""
+    tmp = os.path.join(os.path.dirname(path), ".%s.%s" % (os.path.basename(path), uuid.uuid4().hex))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
-        age = time.time() - os.stat(path).st_mtime
-    except FileNotFoundError:
-        return False
-    return age > max_age
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
-def try_create(path, record):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f)
+class DirLock:
+    """An exclusive flock on the lock's directory while a run reads, judges and replaces the
+    lock: two runs that both find it stale take it over one after the other, and the second
+    finds the first's fresh lock (one holder, whatever the timing). The kernel drops the flock
+    when the module exits, however it exits."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def __enter__(self):
+        self.fd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def take(path, record, max_age, take_over=None):
+    """Take the lock for *record* (its token in it), or say who holds it. Must be called with
+    the directory made safe (safe_dir)."""
+    with DirLock(os.path.dirname(path)):
+        held = read_lock(path)
+        took_over = None
+        if held is not None:
+            by_run = take_over and isinstance(held.get("run"), dict) and held["run"].get("id") == take_over
+            if not (stale(held, path, max_age) or by_run):
+                return dict(changed=False, busy=True, held=shown(held, path))
+            took_over = dict((k, held.get(k)) for k in ("holder", "since"))
+        write_new(path, record)
+        return dict(changed=False, token=record["token"], busy=False, **({"took_over": took_over} if took_over else {}))
 
 
 def acquire(module):
@@ -100,37 +189,26 @@ def acquire(module):
         safe_dir(os.path.dirname(path))
     except OSError as exc:
         module.fail_json(msg=str(exc))
-    token = uuid.uuid4().hex
-    record = {"token": token, "holder": p["holder"], "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "boot_id": boot_id()}
+    record = {"token": uuid.uuid4().hex, "holder": p["holder"],
+              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "boot_id": boot_id()}
     if p["run"]:
         record["run"] = p["run"]
-    took_over = None
-    while True:
-        try:
-            try_create(path, record)
-            return dict(changed=False, token=token, busy=False, **({"took_over": took_over} if took_over else {}))
-        except FileExistsError:
-            pass
+    return take(path, record, p["max_age"], p["take_over"])
+
+
+def give_back(path, token):
+    """Remove the lock if it is *token*'s; anything else is not ours (a reboot cleared /run, or
+    a stale-lock takeover replaced it) and is left alone."""
+    with DirLock(os.path.dirname(path)):
         held = read_lock(path)
-        if held is None:
-            continue                    # given back between the two calls: try again now
-        if stale(held, path, p["max_age"]) or (p["take_over"] and (held.get("run") or {}).get("id") == p["take_over"]):
-            took_over = {k: held.get(k) for k in ("holder", "since")}
-            try:
-                os.unlink(path)         # two runs that both see it stale: O_EXCL lets one win
-            except FileNotFoundError:
-                pass
-            continue
-        return dict(changed=False, busy=True, held={k: held.get(k) for k in ("holder", "since", "run")})
+        if held and not held.get("foreign") and held.get("token") == token:
+            os.unlink(path)
 
 
 def release(module):
     path, token = module.params["path"], module.params["token"]
-    held = read_lock(path)
-    if held and held.get("token") == token:
-        os.unlink(path)
-    # anything else is not ours: a reboot cleared /run, or a stale-lock takeover replaced it
+    if os.path.isdir(os.path.dirname(path)):
+        give_back(path, token)
     return dict(changed=False)
 
 

@@ -45,9 +45,17 @@ def judge(h: Host) -> Finding:
     offline = cpu.get("offline")
     if offline is None:
         return error(cid, "cannot read /sys/devices/system/cpu/offline")
-    # CPUs past nr_cpus= show in offline but not in present (drivers/base/cpu.c)
-    total = max(cpu.get("present") or 0, max(offline) + 1 if offline else 0)
-    observed = f"{len(offline)} of {total} CPUs offline" + (f" ({_cpus(offline)})" if offline else "")
+    # `offline` is possible minus online (drivers/base/cpu.c print_cpus_offline): it lists the
+    # firmware's hotplug slots, possible CPUs that are not present (ACPI MADT entries with the
+    # enabled bit clear), which no boot can bring up. Only a present CPU that is offline is lost.
+    present = cpu.get("present_cpus")
+    slots = []
+    if present:
+        slots = [c for c in offline if c not in set(present)]
+        offline = [c for c in offline if c in set(present)]
+    total = len(present) if present else max(cpu.get("present") or 0, max(offline) + 1 if offline else 0)
+    observed = f"{len(offline)} of {total} CPUs offline" + (f" ({_cpus(offline)})" if offline else "") + (
+        f"; {len(slots)} hotplug slots (possible, not present)" if slots else "")
     if not offline:
         return Finding(cid, "pass", observed, "every CPU online", f"{total} CPUs online")
     if cpu.get("smt_control") in ("off", "forceoff"):

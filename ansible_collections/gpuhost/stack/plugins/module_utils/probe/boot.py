@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import os
+import stat
 import re
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.probe.grubcfg import grub_default_kernel, grub_entry_ids, version_key
@@ -77,7 +78,8 @@ class BootProbe:
                 "default_governor": dict((k, c[0]) for k, c in configs.items()),
                 "amd_pstate_default_mode": dict((k, c[1]) for k, c in configs.items()),
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
-                "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*"))}
+                "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*")),
+                "untrusted_records": list(getattr(self, "untrusted_records", []))}
 
     def detect_loader(self, cmdline):
         """Which boot loader reads which file (pve-docs system-booting; proxmox-kernel-helper).
@@ -136,7 +138,7 @@ class BootProbe:
     def unfinished_refresh(self):
         """The journal gpuhost's cmdline module keeps while it edits and refreshes the boot
         loader: still there, the refresh never finished (modules/cmdline.py)."""
-        text = self.read(REFRESH_JOURNAL)
+        text = self.read_record(REFRESH_JOURNAL)
         if text is None:
             return None
         try:
@@ -145,10 +147,33 @@ class BootProbe:
             data = None
         return dict((k, str(v)) for k, v in data.items()) if isinstance(data, dict) else {"since": "?"}
 
+    def read_record(self, path):
+        """A record gpuhost wrote on this host, trusted only as gpuhost writes it: a plain file
+        that root (or the user the probe runs as) owns and no one else can write. Anything else
+        is read as absent (a record planted by another user must not hold or blame a reboot),
+        and said in self.untrusted_records."""
+        try:
+            st = os.lstat(self.p(path))
+        except OSError:
+            return None
+        why = None
+        if not stat.S_ISREG(st.st_mode):
+            why = "not a plain file"
+        elif st.st_uid not in (0, os.geteuid()):
+            why = "owned by uid %d" % st.st_uid
+        elif st.st_mode & 0o022:
+            why = "writable by others (mode %04o)" % (st.st_mode & 0o7777)
+        if why:
+            if not hasattr(self, "untrusted_records"):
+                self.untrusted_records = []
+            self.untrusted_records.append("%s: %s, not gpuhost's: ignored" % (path, why))
+            return None
+        return self.read(path)
+
     def last_reboot(self):
         """What gpuhost's last reboot of this host was for (written by its reboot play just
         before it rebooted): a finding that boot did not clear is not worth a second one."""
-        text = self.read("/var/lib/gpuhost/last-reboot.json")
+        text = self.read_record("/var/lib/gpuhost/last-reboot.json")
         if not text:
             return None
         try:

@@ -38,6 +38,7 @@ class CpuProbe:
                 # Documentation/ABI/testing/sysfs-devices-system-cpu: offline, present; smt/control
                 "offline": parse_cpulist(self.read1("/sys/devices/system/cpu/offline", "") or ""),
                 "present": len(parse_cpulist(self.read1("/sys/devices/system/cpu/present", "") or "")),
+                "present_cpus": parse_cpulist(self.read1("/sys/devices/system/cpu/present", "") or ""),
                 "smt_control": self.read1("/sys/devices/system/cpu/smt/control")}
 
     def probe_cpufreq(self):
