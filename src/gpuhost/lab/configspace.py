@@ -128,6 +128,9 @@ def build(dev: PciDevice, secondary: int = 0, subordinate: int = 0,
         _put32(cfg, at, ECAP_ID_REBAR | (1 << 16))
         _put32(cfg, at + 4, sum(1 << (4 + (s.bit_length() - 1)) for s in sizes))
         _put32(cfg, at + 8, bar | (1 << 5) | ((current.bit_length() - 1) << 8))
+    if dev.config_size is not None and dev.config_size < len(cfg):
+        # the kernel reads no further: the extended capabilities are there but out of its reach
+        return cfg[:dev.config_size], mask[:dev.config_size]
     return cfg, mask
 
 

@@ -165,6 +165,9 @@ class PciDevice(_Strict):
     acs_ctrl: Optional[int] = Field(default=None, ge=0, le=0xFFFF)
     driver: Optional[str] = None
     untrusted: bool = False             # external-facing: always a DMA domain
+    # the config space the kernel gives (drivers/pci/probe.c pci_cfg_space_size): 256 bytes on
+    # a PCIe function whose extended space it cannot reach (no ECAM for its segment, pci=nommconf)
+    config_size: Optional[Literal[256, 4096]] = None
 
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
 
@@ -235,9 +238,10 @@ class GpuPower(_Strict):
     not survive a reboot or driver unload (NVML nvmlDeviceSetPowerManagementLimit): at boot it
     is limit_w when given (a cap the firmware or an external manager sets), else default_w.
     enforced_w below the limit models an external cap (the lower of the two is enforced)."""
-    default_w: int = Field(ge=1)
-    min_w: int = Field(ge=1)
-    max_w: int = Field(ge=1)
+    # watts as the driver reports them, to the hundredth (a 39.50 W default is real)
+    default_w: float = Field(ge=1)
+    min_w: float = Field(ge=1)
+    max_w: float = Field(ge=1)
     limit_w: Optional[int] = None
     enforced_w: Optional[int] = None
 

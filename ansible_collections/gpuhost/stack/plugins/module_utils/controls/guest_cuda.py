@@ -23,7 +23,8 @@ CONTROL = Control(
                 "forward compatibility)", "CUDA C++ Programming Guide: compute capabilities", "torch/version.py"),
     passes=("every CUDA runtime found (toolkits under `/usr/local/cuda*`, `libcudart.so.*` in the loader's directories, "
             "torch's `version.cuda` and the nvidia-cuda-runtime wheels in the usual Python environments and "
-            "`gpuhost_guest_cuda_paths`) knows every visible GPU's compute capability and runs on the loaded driver; "
+            "`gpuhost_guest_cuda_paths`) builds for every visible GPU's compute capability or an earlier minor "
+            "revision of its major (whose cubins run on it) and runs on the loaded driver; "
             "no cuda-compat libcuda older than the driver on the loader path; n/a with no runtime found"),
     repair="none: manual (which runtime, where, and what it needs)",
     facts=("cuda", "nvidia"),
@@ -34,7 +35,8 @@ CONTROL = Control(
 )
 
 # the oldest CUDA that builds code for a compute capability (CUDA C++ Programming Guide and the
-# toolkits' release notes: Ampere 11.0/11.1, Ada and Hopper 11.8, Blackwell 12.8)
+# toolkits' release notes: Ampere 11.0/11.1, Ada and Hopper 11.8, Blackwell 12.8); a GPU runs
+# the code of an earlier minor revision of its major too (min_cuda)
 MIN_CUDA_FOR_CC = {"7.0": "9.0", "7.5": "10.0", "8.0": "11.0", "8.6": "11.1", "8.7": "11.4", "8.9": "11.8",
                    "9.0": "11.8", "10.0": "12.8", "12.0": "12.8"}
 # CUDA 13.0 dropped Maxwell, Pascal and Volta (its release notes): compute capability below 7.5
@@ -61,11 +63,26 @@ def driver_cuda(driver: str) -> str | None:
     return reached[-1] if reached else None
 
 
+def min_cuda(cc: str) -> str | None:
+    """The oldest CUDA whose code runs on compute capability *cc*: "a cubin object generated
+    for compute capability X.y will only execute on devices of compute capability X.z where
+    z>=y" (CUDA C++ Programming Guide, Binary Compatibility), so any CUDA that builds for an
+    earlier minor revision of the same major will do (sm_86 code runs on an L40S, 8.9: NVIDIA's
+    Ada Compatibility Guide; torch cu117 serves on one)."""
+    try:
+        major, minor = (int(x) for x in cc.split("."))
+    except (AttributeError, ValueError):
+        return None
+    same = [cuda for known, cuda in MIN_CUDA_FOR_CC.items()
+            if int(known.split(".")[0]) == major and int(known.split(".")[1]) <= minor]
+    return min(same, key=v) if same else None
+
+
 def needs(version: str, gpus: list[dict], driver: str | None) -> list[str]:
     out = []
     for g in gpus:
         cc = g.get("compute_cap")
-        want = MIN_CUDA_FOR_CC.get(cc or "")
+        want = min_cuda(cc or "")
         if want and v(version) < v(want):
             out.append(f"CUDA >= {want} for {g.get('name') or 'GPU'} (compute capability {cc})")
         if cc and v(version) >= v("13.0") and v(cc) < v(CUDA13_MIN_CC):

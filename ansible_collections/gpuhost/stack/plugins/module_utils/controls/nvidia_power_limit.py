@@ -2,6 +2,8 @@
 """
 from __future__ import annotations
 
+import math
+
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, Persistence, PowerLimit
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.smi import reported
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
@@ -52,6 +54,10 @@ def power_unit(smi: str, wants: list[tuple[str, int]]) -> object:
     return unit(UNIT, "nvidia.power_limit: each GPU's power limit", lines, after="nvidia-persistenced.service")
 
 
+# nvidia-smi reports power limits in hundredths of a watt
+PRECISION_W = 0.005
+
+
 def _w(x: float) -> str:
     return f"{x:g} W"
 
@@ -68,21 +74,35 @@ def judge(h: Host) -> Finding:
     if strange:
         return error(cid, f"nvidia-smi names a GPU {', '.join(strange)}: not an address gpuhost puts in a command")
     asked = int(h.s.get("nvidia_power_limit_w") or 0)
-    wants = {g["bdf"]: (asked or int(round(g["power"]["default_w"]))) for g in gpus}
+    # what each GPU must allow: the limit asked for, else its own default as the driver reports
+    # it (nvidia-smi prints hundredths of a watt; NVML keeps milliwatts), compared at that
+    # precision. A default nobody set is in its own range by definition: a 39.50 W default and
+    # maximum is no limit "outside" anything
+    floor = {g["bdf"]: (float(asked) if asked else float(g["power"]["default_w"])) for g in gpus}
+    # what the fix writes: nvidia-smi -pl takes whole watts, so the smallest one at or above
+    wants = {bdf: int(math.ceil(w - PRECISION_W)) for bdf, w in floor.items()}
     expected = f"at least {asked} W" if asked else "at least the default limit"
     observed = ", ".join(f"{g['bdf']} {_w(g['power']['enforced_w'] if g['power']['enforced_w'] is not None else g['power']['limit_w'])}"
                          f" of {_w(g['power']['default_w'])}" for g in gpus)
-    outside = [g for g in gpus if not (g["power"]["min_w"] or 0) <= wants[g["bdf"]] <= (g["power"]["max_w"] or wants[g["bdf"]])]
+    outside = [g for g in gpus if asked and not (g["power"]["min_w"] or 0) - PRECISION_W <= asked
+               <= (g["power"]["max_w"] or asked) + PRECISION_W]
     if outside:
         return Finding(cid, "manual", observed, expected,
                        "gpuhost_nvidia_power_limit_w " + str(asked) + " W is outside what "
                        + ", ".join(f"{g['bdf']} allows ({_w(g['power']['min_w'])} to {_w(g['power']['max_w'])})" for g in outside)
                        + ": nvidia-smi refuses it; set a limit in that range")
-    low = [g for g in gpus if g["power"]["limit_w"] < wants[g["bdf"]] - 0.5]
+    low = [g for g in gpus if g["power"]["limit_w"] < floor[g["bdf"]] - PRECISION_W]
+    unreachable = [g for g in low if g["power"]["max_w"] and wants[g["bdf"]] > g["power"]["max_w"] + PRECISION_W]
+    if unreachable:
+        return Finding(cid, "manual", observed, expected,
+                       ", ".join(f"{g['bdf']} is limited to {_w(g['power']['limit_w'])}, below its default "
+                                 f"{_w(g['power']['default_w'])}" for g in unreachable)
+                       + ": nvidia-smi -pl takes whole watts and the next one is above its maximum "
+                         f"{_w(unreachable[0]['power']['max_w'])}; a driver reload or reboot restores the default")
     # the enforced limit is the lowest of the one set and any external cap (a BMC's, a
     # chassis power brake's): no nvidia-smi call lifts that
     capped = [g for g in gpus if g not in low and g["power"]["enforced_w"] is not None
-              and g["power"]["enforced_w"] < wants[g["bdf"]] - 0.5]
+              and g["power"]["enforced_w"] < floor[g["bdf"]] - PRECISION_W]
     if capped:
         return Finding(cid, "manual", observed, expected,
                        ", ".join(f"{g['bdf']} enforces {_w(g['power']['enforced_w'])} below its limit "
@@ -92,7 +112,7 @@ def judge(h: Host) -> Finding:
     u = power_unit(smi, sorted(wants.items()))
     # the limit at boot is the default: a gpuhost unit is needed where the one wanted is
     # above it, and must be current where it exists
-    above_default = any(wants[g["bdf"]] > g["power"]["default_w"] + 0.5 for g in gpus)
+    above_default = bool(asked) and any(asked > g["power"]["default_w"] + PRECISION_W for g in gpus)
     persisted_ok = unit_ok(h.f, u) if above_default else unit_current_or_absent(h.f, u)
     if not low and persisted_ok:
         return Finding(cid, "pass", observed, expected, f"{len(gpus)} GPUs may draw {expected.replace('at least ', '')}")
