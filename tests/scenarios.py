@@ -143,6 +143,14 @@ class Rendered:
         (self.root / "proc/stat").unlink(missing_ok=True)
         shutil.rmtree(self.root / "run/gpuhost-lab-units", ignore_errors=True)     # /run is new at every boot
         self.machine = boot(self.spec, self.root, nvram=self.machine.nvram)
+        if self.machine.boot.consumed_next_boot_pin and self.spec.boot.loader == "systemd-boot":
+            # proxmox-boot-cleanup.service, as the lab's supervisor and init run it at boot
+            from gpuhost.lab.kernel import clear_next_boot_pin
+            clear_next_boot_pin(self.root, "systemd-boot")
+            marker = self.root / "run/gpuhost-lab-units/proxmox-boot-cleanup.service"
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("active\n")
+            marker.with_name(marker.name + ".started").write_text("")
         self.smi = SmiStub(self.machine, self.smi.r470)
         lay_out_kernel_files(self.root, self.machine)
 

@@ -109,6 +109,62 @@ def test_a_deliberately_held_grub_default_is_not_a_reboot_every_run(tmp_path):
     assert host.finding("kernel.reboot_pending")["status"] == "pass"
 
 
+def test_a_kernel_held_back_by_the_grub_default_is_manual_not_installed_for_ever(tmp_path):
+    """The fourth review: a kernel of the minimum is installed, with its module, but GRUB's own
+    default (the operator's: an entry id, or GRUB_DEFAULT=saved and grub-set-default) starts an
+    older one. Installing the series changes nothing and the reboot starts the same kernel:
+    manual, with no fix and no reboot; the same at every later audit."""
+    old, new = "6.1.0-26-amd64", "6.12.12+bpo-amd64"
+    uuid = "5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+    for held in (f'"gnulinux-advanced-{uuid}>gnulinux-{old}-advanced-{uuid}"', "saved"):
+        host = _render(tmp_path / held[:5].strip('"'), {
+            "os": {"proxmox_ve": None}, "kernel": {"installed": [old, new]},
+            "boot": {"loader": "grub", "grub_default": held,
+                     "cmdline": f"root=UUID={uuid} ro quiet amd_pstate=active iommu=pt"}}, None)
+        if held == "saved":
+            # grub-set-default wrote the older entry as the saved one (grubenv)
+            host.write("/boot/grub/grubenv", "# GRUB Environment Block\n"
+                       f"saved_entry=gnulinux-advanced-{uuid}>gnulinux-{old}-advanced-{uuid}\n")
+            host.reboot()
+        facts = host.facts()
+        assert facts["boot"]["running_kernel"] == old and facts["boot"]["default_kernel"] == old, facts["boot"]
+        for _ in range(3):
+            f = host.finding("kernel.version", kernel_min_version="6.12")
+            assert f["status"] == "manual" and not f["fix"] and not f["reboot_required"], f
+            assert f"{new} is installed with the NVIDIA module, but the boot loader's own default" in f["message"]
+            assert host.finding("kernel.reboot_pending")["status"] == "pass"
+
+
+def test_a_consumed_one_time_rollback_boot_is_pending_not_stale(tmp_path):
+    """T3-12: `proxmox-boot-tool kernel pin <old> --next-boot`, then a reboot: that boot runs
+    the old kernel once, and proxmox-boot-cleanup.service removes the pin and refreshes the
+    ESPs at it. The newer default was installed before this boot, yet the next boot does start
+    it: pending_reboot saying so, never "a reboot will not help"."""
+    old, new = "6.8.12-4-pve", "6.14.11-4-pve"
+    host = _render(tmp_path, {"kernel": {"installed": [old, new]}}, None)
+    assert host.facts()["boot"]["running_kernel"] == new
+    host.write("/etc/kernel/next-boot-pin", old + "\n")
+    # its refresh writes the pinned kernel as the ESPs' default (zz-proxmox-boot)
+    from gpuhost.lab.shims import shimlib
+    shimlib.esp_refresh([old, new], (host.root / "etc/kernel/cmdline").read_text().strip(), old, root=str(host.root))
+    host.reboot()
+    boot = host.facts()["boot"]
+    assert boot["running_kernel"] == old and boot["default_kernel"] == new and boot["next_boot_pin_consumed"], boot
+    assert not (host.root / "etc/kernel/next-boot-pin").exists()
+    # the new kernel's image landed well before this boot (a boot time after its ctime: ctime
+    # cannot be set back)
+    import time
+    stat = (host.root / "proc/stat").read_text()
+    host.write("/proc/stat", "\n".join(f"btime {int(time.time()) + 600}" if line.startswith("btime ") else line
+                                       for line in stat.splitlines()) + "\n")
+    f = host.finding("kernel.reboot_pending")
+    assert f["status"] == "pending_reboot", f
+    assert f"{old} ran this boot once: proxmox-boot-tool kernel pin --next-boot" in f["message"]
+    # without the cleanup's trace the same state is a boot that did not apply the default
+    (host.root / "run/gpuhost-lab-units/proxmox-boot-cleanup.service").unlink()
+    assert host.finding("kernel.reboot_pending")["status"] == "manual"
+
+
 def test_a_grub_reboot_trial_boot_is_pending_not_stale(tmp_path):
     old, new = "6.1.0-26-amd64", "6.12.12+bpo-amd64"
     uuid = "5d7e2c10-3a4b-4c5d-8e9f-0a1b2c3d4e5f"

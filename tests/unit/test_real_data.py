@@ -380,6 +380,25 @@ def test_an_xid_before_the_gpus_next_attach_does_not_count(tmp_path):
     assert _health(tmp_path, lines, "0000:5d:00.0")["status"] == "manual"
 
 
+def test_a_gpu_the_driver_release_does_not_support_is_named_not_called_a_binding_problem(tmp_path):
+    """T3-11: a real probe failure (NVIDIA/open-gpu-kernel-modules#393): "The NVIDIA GPU
+    0000:01:00.0 (PCI ID: 10de:25a0) installed in this system is not supported by the NVIDIA
+    520.56.06 driver release", and nvidia-smi finds no devices. nvidia.driver names the GPU and
+    the release, never "check the GPUs' driver binding"."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    lines = (DATA / "gpu/dmesg-unsupported-520-3050ti").read_text().splitlines()
+    assert devices.unsupported_in(lines) == [{"bdf": "0000:01:00.0", "pci_id": "10de:25a0", "why": "release",
+                                              "release": "520.56.06"}]
+    facts = scenarios.render(scenarios.BASE_HOST, tmp_path).facts()
+    facts["nvidia"].update(gpus=[], no_devices=True, smi_error="No devices were found")
+    facts["kernel_log"] = {"xids": [], "unsupported_gpus": devices.unsupported_in(lines)}
+    f = controls.evaluate(facts, {"controls": ["nvidia.driver"]})["nvidia.driver"]
+    assert f["status"] == "manual", f
+    assert f["message"].startswith("0000:01:00.0 (PCI ID 10de:25a0) is not supported by the NVIDIA 520.56.06 "
+                                   "driver release, as its probe logged") and "binding" not in f["message"], f
+
+
 def test_real_application_xids_leave_the_gpu_healthy(tmp_path):
     """Six real Xid 13s (an application's Graphics Exception, vLLM on A800s): counted, not the
     GPU's fault: health.gpu passes."""

@@ -523,7 +523,9 @@ class Machine:
         t.attr("ctl/container-restart", b"", self._write_container_restart)
         t.attr("ctl/boot.json", lambda: (json.dumps({
             "release": self.boot.release, "boot_id": self.boot.boot_id,
-            "units": self.boot.units, "sysctl": sorted(self.sysctl)}) + "\n").encode())
+            "units": self.boot.units, "sysctl": sorted(self.sysctl),
+            # proxmox-boot-cleanup.service ran this boot (its condition, /etc/kernel/next-boot-pin, held)
+            "cleanup": self.boot.consumed_next_boot_pin}) + "\n").encode())
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
         t.attr("ctl/nvidia-uvm", lambda: text(self.uvm), self._write_uvm)

@@ -179,6 +179,13 @@ def install_shims(root: Path, spec: AnySpec) -> None:
     install_bytecode_cache(root, bytecode_cache() is not None)
 
 
+# proxmox-kernel-helper: src/proxmox-boot/proxmox-boot-cleanup.service (its directives)
+PROXMOX_BOOT_CLEANUP = ("[Unit]\nAfter=systemd-remount-fs.service\nConditionPathExists=/etc/kernel/next-boot-pin\n\n"
+                        "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+                        "ExecStart=/usr/sbin/proxmox-boot-tool kernel unpin --next-boot\n"
+                        "ExecStart=/usr/sbin/proxmox-boot-tool refresh\n\n[Install]\nWantedBy=multi-user.target\n")
+
+
 def _install_site_hook(root: Path, name: str) -> Path:
     """A shim module in the host's site-packages and the .pth line that imports it at every
     start of the system Python; returns the module's path."""
@@ -598,6 +605,10 @@ def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -
     _write(root, "etc/kernel/postinst.d/zz-update-grub", ZZ_UPDATE_GRUB, 0o755)
     if spec.is_proxmox:
         _write(root, "etc/kernel/postinst.d/zz-proxmox-boot", ZZ_PROXMOX_BOOT, 0o755)
+        # proxmox-kernel-helper's unit that undoes a next-boot pin at the boot that used it;
+        # its work is the lab's supervisor's at boot (kernel.clear_next_boot_pin), so it is
+        # laid out for systemctl and the probe to see, not linked into multi-user.target.wants
+        _write(root, "lib/systemd/system/proxmox-boot-cleanup.service", PROXMOX_BOOT_CLEANUP)
         _write(root, "var/lib/gpuhost-lab/proxmox_ve", spec.os.proxmox_ve + "\n")
         # pve-manager's build fills these in (PVE/pvecfg.pm.in); pveversion prints them
         release = ".".join(spec.os.proxmox_ve.split(".")[:2])

@@ -63,16 +63,21 @@ def judge(h: Host) -> Finding:
                        f"the next boot runs {default}, for which the NVIDIA driver is not built: make {running} the "
                        "boot loader's default (kernel.version's fix pins it) or install a driver for it before rebooting")
     once = bool(h.boot.get("boot_once"))
+    # this boot was itself a one-time boot (kernel pin --next-boot), and proxmox-boot-cleanup
+    # has since set the boot loader back: the next boot runs the default, on purpose
+    rolled_back = bool(h.boot.get("next_boot_pin_consumed")) and not once and default and running != default
     why = []
     if default and running != default:
         why.append(f"the next boot runs {default}" + (" once (a one-time boot: grub-reboot or kernel pin --next-boot)"
-                                                       if once else ""))
+                                                       if once else "") + (
+            f" ({running} ran this boot once: proxmox-boot-tool kernel pin --next-boot, which "
+            "proxmox-boot-cleanup.service undid at this boot)" if rolled_back else ""))
     if diffs:
         why.append("the next boot's command line differs: " + " ".join(diffs))
     if why:
         # a one-time boot of another kernel was chosen on purpose after this boot: not stale
-        stale = not_applied_by_this_boot(h, default if default and running != default and not once else None,
-                                         bool(diffs))
+        stale = not_applied_by_this_boot(h, default if default and running != default and not once
+                                         and not rolled_back else None, bool(diffs))
         if stale:
             # no fix loop: the boot that should have applied it did not
             return Finding(cid, "manual", observed, expected,

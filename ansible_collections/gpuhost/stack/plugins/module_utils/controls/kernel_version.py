@@ -95,6 +95,18 @@ def judge(h: Host) -> Finding:
     # failed before): lifted once the new kernel proves it has the module
     unpin = (bool(h.boot.get("permanent_pin")) and not at_least(h.boot.get("permanent_pin"), minimum)) \
         or bool(h.boot.get("gpuhost_grub_pin"))
+    built = [k for k in candidates if k not in unbuilt]
+    if built and not unpin:
+        # a kernel of the minimum is there and has the module, but the boot loader's own
+        # default starts an older one (GRUB_DEFAULT=saved and grub-set-default, or an entry
+        # named in GRUB_DEFAULT: the operator's choice, 00_header.in). Installing the series
+        # again changes nothing and a reboot starts the same kernel: a person decides
+        held = h.boot.get("grub_default")
+        how = f" (GRUB_DEFAULT={held})" if held not in (None, "0") else ""
+        return Finding(cid, "manual", running, f">= {minimum}",
+                       f"{built[-1]} is installed with the NVIDIA module, but the boot loader's own default{how} "
+                       f"starts {default}: make {built[-1]} its default (grub-set-default, or GRUB_DEFAULT=0 and "
+                       "update-grub), then reboot; gpuhost installs nothing and does not reboot for it")
     chosen = series_packages(h, minimum, flavor, headers)
     if chosen is None:
         return Finding(cid, "manual", running, f">= {minimum}",

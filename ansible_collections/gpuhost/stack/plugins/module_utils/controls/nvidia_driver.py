@@ -12,11 +12,14 @@ CONTROL = Control(
     fixable=False,
     reboot="-",
     rationale="A module older than the GPU's minimum, or an NVML mismatch, leaves GPUs unusable",
-    references=("CUDA Toolkit release notes: minimum driver versions",),
+    references=("CUDA Toolkit release notes: minimum driver versions",
+                "NVIDIA/open-gpu-kernel-modules: nv.c, the probe's 'not supported by the NVIDIA ... driver release'"),
     passes=("module >= the minimum for every GPU's compute capability; userspace == module; every GPU driven "
-            "(Blackwell and Grace Hopper need the open modules); na when every GPU is on vfio-pci"),
+            "(Blackwell and Grace Hopper need the open modules); a GPU the driver's probe logged as not supported by "
+            "its release is manual naming it (a driver too old for it, not a binding problem); na when every GPU is "
+            "on vfio-pci"),
     repair="manual",
-    facts=("nvidia", "pci", "boot"),
+    facts=("nvidia", "pci", "boot", "kernel_log"),
     params=(Param("gpuhost_nvidia_min_driver", "str", "", "nvidia_min_driver",
                   'Minimum NVIDIA driver, like "570.124.06"; empty: by the GPUs\' compute capability.',
                   pattern=r"^\d+(\.\d+){0,2}$", what='a driver version like "570.124.06"'),),
@@ -51,6 +54,16 @@ def judge(h: Host) -> Finding:
     if nv["smi"] is None:
         return Finding(cid, "manual", f"module {nv['module']}, no nvidia-smi", "userspace == module",
                        "the NVIDIA userspace (nvidia-smi, NVML) is not installed")
+    # the driver's probe said in this boot's log which GPUs it does not support: a driver too old
+    # for the GPU's architecture, never a binding problem (nv.c, print_unsupported)
+    refused = [u for u in (h.section("kernel_log") or {}).get("unsupported_gpus") or []
+               if any(g["bdf"] == u["bdf"] for g in h.gpus if g.get("driver") != "vfio-pci")]
+    too_old = [u for u in refused if u["why"] == "release"]
+    if too_old:
+        return Finding(cid, "manual", f"module {nv['module']}", "a driver that supports every GPU",
+                       "; ".join(f"{u['bdf']} (PCI ID {u['pci_id']}) is not supported by the NVIDIA "
+                                 f"{u['release'] or nv['module']} driver release, as its probe logged" for u in too_old)
+                       + ": install a driver release that supports it (NVIDIA's README, Appendix A lists them)")
     if nv.get("no_devices"):
         host_gpus = [g for g in h.gpus if g.get("driver") != "vfio-pci"]
         if nv.get("flavor") == "proprietary" and host_gpus:

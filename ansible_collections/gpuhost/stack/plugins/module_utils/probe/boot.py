@@ -79,7 +79,8 @@ class BootProbe:
                 "amd_pstate_default_mode": dict((k, c[1]) for k, c in configs.items()),
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
                 "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*")),
-                "untrusted_records": list(getattr(self, "untrusted_records", []))}
+                "untrusted_records": list(getattr(self, "untrusted_records", [])),
+                "next_boot_pin_consumed": self.next_boot_pin_consumed()}
 
     def detect_loader(self, cmdline):
         """Which boot loader reads which file (pve-docs system-booting; proxmox-kernel-helper).
@@ -146,6 +147,25 @@ class BootProbe:
         except ValueError:
             data = None
         return dict((k, str(v)) for k, v in data.items()) if isinstance(data, dict) else {"since": "?"}
+
+    def next_boot_pin_consumed(self):
+        """Whether this boot was a one-time boot that proxmox-boot-tool's cleanup has since
+        undone: proxmox-boot-cleanup.service (proxmox-kernel-helper) runs only where
+        /etc/kernel/next-boot-pin exists (ConditionPathExists), removes it (`kernel unpin
+        --next-boot`) and refreshes the boot loader to its permanent choice, and stays active
+        (RemainAfterExit). systemd's own state says it ran this boot (systemctl show, nothing
+        started); None where the unit or systemctl is not there."""
+        unit = "proxmox-boot-cleanup.service"
+        if not any(os.path.exists(self.p(d + "/" + unit)) for d in ("/lib/systemd/system", "/usr/lib/systemd/system")):
+            return None
+        for cand in ("/usr/bin/systemctl", "/bin/systemctl"):
+            if os.path.exists(self.p(cand)):
+                rc, text, err = self.command([self.p(cand), "show", "-p", "ActiveState",
+                                              "-p", "InactiveExitTimestampMonotonic", unit])
+                props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+                since = props.get("InactiveExitTimestampMonotonic", "")
+                return props.get("ActiveState") == "active" and since.isdigit() and since != "0"
+        return None
 
     def read_record(self, path):
         """A record gpuhost wrote on this host, trusted only as gpuhost writes it: a plain file

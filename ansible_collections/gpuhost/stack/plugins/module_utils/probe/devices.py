@@ -201,8 +201,10 @@ class DevicesProbe:
         return sorted(found)
 
     def probe_kernel_log(self):
-        """The NVIDIA driver's Xids in this boot's kernel log (/dev/kmsg: root, or CAP_SYSLOG)."""
-        return {"xids": xids_in(read_kmsg(self.p("/dev/kmsg")))}
+        """The NVIDIA driver's Xids in this boot's kernel log (/dev/kmsg: root, or CAP_SYSLOG),
+        and the GPUs its probe said it does not support."""
+        lines = read_kmsg(self.p("/dev/kmsg"))
+        return {"xids": xids_in(lines), "unsupported_gpus": unsupported_in(lines)}
 
     def probe_block(self):
         out = []
@@ -357,6 +359,40 @@ def xids_in(lines):
     for entry in sorted(seen.values(), key=lambda e: (e["pci"], e["attach"], e["xid"])):
         entry["since_reset"] = entry.pop("attach") == attach.get(entry["pci"], 0)
         out.append(entry)
+    return out
+
+
+# the driver's probe of a GPU it does not drive (kernel-open/nvidia/nv.c and
+# src/nvidia/arch/nvalloc/unix/src/osinit.c, print_unsupported): "The NVIDIA GPU
+# 0000:01:00.0 (PCI ID: 10de:25a0) / installed in this system is not supported by the / NVIDIA
+# 520.56.06 driver release." (older releases: "... by the 280.13 NVIDIA Linux / graphics driver
+# release"); or, open modules on a GPU without GSP, "... not supported by open / nvidia.ko
+# because it does not include the required GPU / System Processor (GSP)."
+UNSUPPORTED = re.compile(r"The NVIDIA GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) "
+                         r"\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
+RELEASE = re.compile(r"not supported by the\s+(?:NVIDIA\s+)?(\d+\.\d+(?:\.\d+)?)")
+
+
+def unsupported_in(lines):
+    """The GPUs the NVIDIA driver's probe refused in this boot's log: [{bdf, pci_id, release}]
+    (release None where the open modules refused a GPU without GSP: "open")."""
+    flat = []
+    for line in lines:
+        # /dev/kmsg escapes a record's own newlines (Documentation/ABI/testing/dev-kmsg)
+        flat += line.replace("\\x0a", "\n").split("\n")
+    out, seen = [], set()
+    for i, line in enumerate(flat):
+        m = UNSUPPORTED.search(line)
+        if not m:
+            continue
+        window = " ".join(re.sub(r"^.*?NVRM:\s*", "", l) for l in flat[i:i + 4])
+        release = RELEASE.search(window)
+        why = ("release" if release else "open" if "not supported by open" in window else None)
+        key = m.group(1).lower()
+        if why and key not in seen:
+            seen.add(key)
+            out.append({"bdf": key, "pci_id": m.group(2).lower(), "why": why,
+                        "release": release.group(1) if release else None})
     return out
 
 
