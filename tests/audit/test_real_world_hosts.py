@@ -222,3 +222,32 @@ def test_secure_boot_lockdown_clears_acs_by_the_command_line_and_leaves_mrrs_to_
     ports = "setpci -s 02:00.0 ECAP_ACS+6.w; setpci -s 02:01.0 ECAP_ACS+6.w"
     assert lab.out(host, ports).split() == ["0011", "0011"], "the boot cleared the redirect"
     assert final.status(host)["pcie.acs"] == "pass" and final.status(host)["pcie.mrrs"] == "manual"
+
+
+def test_a_write_the_firmware_refuses_fails_once_then_is_manual_until_a_boot(make_lab, tmp_path):
+    """The fourth review: an Intel host whose firmware turned Turbo off (intel_pstate refuses
+    no_turbo 0, EPERM) drifted with a fix that failed the same way at every run. The first fix
+    fails naming the refusal and remembers it on the host; the second and third change nothing,
+    fail nothing and reboot nothing (cpu.boost is manual, naming the refusal); a boot tries again."""
+    import yaml
+
+    spec = yaml.safe_load((SPECS / "intel-grub.yml").read_text())
+    spec["firmware"]["boost"] = False
+    spec["cpu"].pop("max_khz_cap", None)
+    (tmp_path / "intel-no-turbo.yml").write_text(yaml.safe_dump(spec))
+    lab = make_lab(tmp_path / "intel-no-turbo.yml")
+    host, inv = "intel-grub", str(lab.inventory)
+    assert gpuhost("audit", "-i", inv, "--controls", "cpu.boost").status(host) == {"cpu.boost": "drift"}
+    first = gpuhost("fix", "-i", inv, "--controls", "cpu.boost", "--yes")
+    assert first.rc == 3 and first.status(host)["cpu.boost"] == "error", first.stderr[-2000:]
+    assert "no_turbo" in first.finding(host, "cpu.boost")["message"]
+    boot = boot_id(lab, host)
+    for _ in range(2):
+        disk = lab.disk(host)
+        again = gpuhost("fix", "-i", inv, "--controls", "cpu.boost", "--yes", "--reboot", "if-needed")
+        f = again.finding(host, "cpu.boost")
+        assert again.rc == 2 and f["status"] == "manual", (f, again.stderr[-2000:])
+        assert "the kernel refused 0 for /sys/devices/system/cpu/intel_pstate/no_turbo" in f["message"], f
+        assert again.changed(host) == set() and lab.disk(host) == disk and boot_id(lab, host) == boot
+    lab.reboot(host)
+    assert gpuhost("audit", "-i", inv, "--controls", "cpu.boost").status(host) == {"cpu.boost": "drift"}

@@ -227,6 +227,30 @@ def test_a_record_another_user_could_have_written_is_not_trusted(tmp_path):
     assert "not a plain file" in host.facts()["boot"]["untrusted_records"][0]
 
 
+def test_a_write_the_kernel_refused_in_this_boot_is_manual_not_a_fix_for_ever(tmp_path):
+    """The runtime module's record of a refused write (intel_pstate's EPERM for no_turbo 0 with
+    Turbo off in the firmware): in the boot it was refused, the finding is manual naming it and
+    carries no fix; a record of another boot is history, and the fix is tried again."""
+    host = _render(tmp_path, {"firmware": {"vendor_cpu": "GenuineIntel", "cpu_family": 6, "hwp": True,
+                                           "model_name": "INTEL(R) XEON(R) PLATINUM 8568Y+", "boost": False},
+                              "cpu": {"boost": False}, "boot": {"cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet iommu=pt"}},
+                   None)
+    f = host.finding("cpu.boost")
+    assert f["status"] == "drift" and {"path": "/sys/devices/system/cpu/intel_pstate/no_turbo", "value": "0"} in \
+        f["fix"]["runtime"], f
+    bid = host.facts()["boot"]["boot_id"]
+    record = {"/sys/devices/system/cpu/intel_pstate/no_turbo": {"value": "0", "error": "Operation not permitted",
+                                                                "boot_id": bid, "since": "2026-12-07T02:40:00Z"}}
+    host.write("/var/lib/gpuhost/refused-writes.json", json.dumps(record))
+    f = host.finding("cpu.boost")
+    assert f["status"] == "manual" and not f["fix"], f
+    assert "the kernel refused 0 for /sys/devices/system/cpu/intel_pstate/no_turbo at gpuhost's fix in this boot " \
+           "(Operation not permitted)" in f["message"]
+    record[next(iter(record))]["boot_id"] = "an-earlier-boot"
+    host.write("/var/lib/gpuhost/refused-writes.json", json.dumps(record))
+    assert host.finding("cpu.boost")["status"] == "drift"
+
+
 # ---- a container keeps its GPUs -----------------------------------------------------------
 def test_an_allow_for_nvidia_uvm_is_kept_while_the_module_is_not_loaded(tmp_path):
     # after a host boot nothing has loaded nvidia-uvm yet: 508 is not in /proc/devices

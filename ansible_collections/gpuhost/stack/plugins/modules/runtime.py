@@ -43,10 +43,15 @@ RETURN = r"""
 changed_items: {description: what was (or in check mode would be) changed, returned: always, type: list}
 """
 
+import errno
 import glob
+import json
+import os
 import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuhost.stack.plugins.module_utils.write import safe_dir
 
 BRACKETED = re.compile(r"\[([^\]]+)\]")
 
@@ -80,9 +85,51 @@ def file_changes(module, change):
             except (IOError, OSError) as exc:
                 if change.get("refused_ok"):
                     continue            # the kernel's no is the answer (a driver that rejects the value)
+                if exc.errno not in (errno.EACCES, errno.EROFS):
+                    # the driver said no (intel_pstate's EPERM for no_turbo when the firmware
+                    # turned Turbo off): remembered for this boot, so the next audit says so
+                    # instead of a fix that fails the same way at every run
+                    remember_refusal(path, value, exc)
                 module.fail_json(msg="cannot write %s to %s: %s" % (value, path, exc))
         out.append(("%s: %s" % (path, now), "%s: %s" % (path, value)))
     return out
+
+
+REFUSALS = "/var/lib/gpuhost/refused-writes.json"
+
+
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except (IOError, OSError):
+        return ""
+
+
+def remember_refusal(path, value, exc):
+    """Record that the kernel refused *value* for *path* in this boot (the probe reads it back,
+    trusted only as root's and no one else's to write): best effort, never a second failure."""
+    try:
+        safe_dir(os.path.dirname(REFUSALS))
+        try:
+            with open(REFUSALS) as f:
+                known = json.load(f)
+        except (IOError, OSError, ValueError):
+            known = {}
+        bid = boot_id()
+        known = dict((k, v) for k, v in (known.items() if isinstance(known, dict) else [])
+                     if isinstance(v, dict) and v.get("boot_id") == bid)
+        known[path] = {"value": value, "error": exc.strerror or str(exc), "boot_id": bid,
+                       "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        tmp = REFUSALS + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(known, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, REFUSALS)
+    except (IOError, OSError):
+        pass
 
 
 def setpci(module, argv):

@@ -13,7 +13,7 @@ import datetime as _dt
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import fixes
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.gates import (
-    hold_reboot, reboot_record, respect_masks)
+    hold_reboot, reboot_record, respect_masks, respect_refusals)
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kargs import _comparable, kernel_args, params
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import (
     FAILING, STATUSES, Control, Finding, Host, Param, error, na)
@@ -112,6 +112,8 @@ def evaluate(facts: dict, settings: dict, registry: Registry | None = None) -> d
             hold_reboot(h, finding)
         if finding.status == "drift":
             respect_masks(h, finding)
+        if finding.status == "drift":
+            respect_refusals(h, finding)
         w = waivers.get(cid)
         if w and finding.status in FAILING + ("error",):
             if str(w.get("expires", "9999-12-31")) >= today:

@@ -82,3 +82,19 @@ def respect_masks(h: Host, finding: Finding) -> None:
         finding.status, finding.fix = "manual", {}
         finding.message = (f"{finding.message}; {name} is masked ({units[name]['path']} -> /dev/null), the administrator's "
                            f"decision: gpuhost does not unmask it (`systemctl unmask {name}` lets gpuhost fix it)")
+
+
+def respect_refusals(h: Host, finding: Finding) -> None:
+    """A fix whose runtime write the kernel refused at gpuhost's last fix in this boot would fail
+    the same way at every run (intel_pstate refuses no_turbo 0 while the firmware has Turbo off):
+    the finding is manual, naming the refusal, until a boot, when it is tried again."""
+    fix = finding.fix if isinstance(finding.fix, dict) else {}
+    refused = (h.boot.get("refused_writes") or {}) if isinstance(h.boot, dict) else {}
+    hit = [(c["path"], refused[c["path"]]) for c in fix.get("runtime") or []
+           if isinstance(c, dict) and c.get("path") in refused and str(c.get("value")) == refused[c["path"]]["value"]]
+    if hit:
+        path, why = hit[0]
+        finding.status, finding.fix, finding.reboot_required = "manual", {}, False
+        finding.message = (f"{finding.message}; the kernel refused {why['value']} for {path} at gpuhost's fix in this "
+                           f"boot ({why['error']}): what it depends on (a firmware setting, the driver) must change "
+                           "first; gpuhost tries again after the next boot")

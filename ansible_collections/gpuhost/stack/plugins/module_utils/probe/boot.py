@@ -80,7 +80,8 @@ class BootProbe:
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
                 "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*")),
                 "untrusted_records": list(getattr(self, "untrusted_records", [])),
-                "next_boot_pin_consumed": self.next_boot_pin_consumed()}
+                "next_boot_pin_consumed": self.next_boot_pin_consumed(),
+                "refused_writes": self.refused_writes()}
 
     def detect_loader(self, cmdline):
         """Which boot loader reads which file (pve-docs system-booting; proxmox-kernel-helper).
@@ -147,6 +148,21 @@ class BootProbe:
         except ValueError:
             data = None
         return dict((k, str(v)) for k, v in data.items()) if isinstance(data, dict) else {"since": "?"}
+
+    def refused_writes(self):
+        """The runtime writes the kernel refused at gpuhost's fixes in this boot (the runtime
+        module's record, trusted only as it writes it): {path: {value, error}}. A refusal lasts
+        until a boot, where what it depended on (the firmware's settings, the driver) may have
+        changed."""
+        text = self.read_record("/var/lib/gpuhost/refused-writes.json")
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            return {}
+        bid = self.read1("/proc/sys/kernel/random/boot_id")
+        return dict((k, {"value": str(v.get("value")), "error": str(v.get("error"))})
+                    for k, v in (data.items() if isinstance(data, dict) else [])
+                    if isinstance(v, dict) and v.get("boot_id") == bid)
 
     def next_boot_pin_consumed(self):
         """Whether this boot was a one-time boot that proxmox-boot-tool's cleanup has since
