@@ -251,3 +251,24 @@ def test_a_write_the_firmware_refuses_fails_once_then_is_manual_until_a_boot(mak
         assert again.changed(host) == set() and lab.disk(host) == disk and boot_id(lab, host) == boot
     lab.reboot(host)
     assert gpuhost("audit", "-i", inv, "--controls", "cpu.boost").status(host) == {"cpu.boost": "drift"}
+
+
+def test_a_bare_metal_mig_host_with_hotplug_slots_and_its_own_cuda_runtimes(make_lab):
+    """The fourth review's false findings, end to end: MIG with the instances a unit creates at
+    every boot passes through fix and reboot; the firmware's hotplug slots are no lost CPUs;
+    the host's own CUDA runtimes are judged. Without the unit, the next boot leaves MIG on with
+    no instance: manual, and no fix."""
+    lab = make_lab(SPECS / "h100-mig-bare-metal.yml")
+    host = "h100-mig"
+    _, fix, final = cycle(lab, host, lab.inventory, {"nvidia.gpu_modes": "pass", "cpu.online": "pass",
+                                                     "guest.cuda": "pass", "nvidia.persistence": "drift"})
+    assert fix.changed(host) == {"nvidia.persistence"}, fix.stderr[-2000:]
+    assert "(3 GPU instances)" in final.finding(host, "nvidia.gpu_modes")["observed"]
+    assert "8 hotplug slots" in final.finding(host, "cpu.online")["observed"]
+    assert "torch CUDA 12.8 at /opt/serve/.venv" in final.finding(host, "guest.cuda")["observed"]
+    lab.ssh(host, "rm /etc/systemd/system/multi-user.target.wants/mig-layout.service")
+    lab.reboot(host)
+    after = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--controls", "nvidia.gpu_modes")
+    f = after.finding(host, "nvidia.gpu_modes")
+    assert f["status"] == "manual" and "no GPU instance, so no CUDA device" in f["message"], f
+    assert after.changed(host) == set()

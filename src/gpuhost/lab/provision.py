@@ -576,6 +576,8 @@ def _provision_host(root: Path, spec: HostSpec, mkconfig=python_grub_mkconfig) -
         provision_fabricmanager(root, spec)
     if spec.nvidia and spec.nvidia.uvm_at_boot and spec.is_proxmox:
         provision_uvm_recipe(root)
+    for rt in spec.runtimes:
+        lay_out_cuda_runtime(root, rt)
     if spec.zfs is not None and spec.zfs.arc_max is not None:
         # the PVE installer's file (8.1+): the ARC limit in bytes
         _write(root, "etc/modprobe.d/zfs.conf", f"options zfs zfs_arc_max={spec.zfs.arc_max}\n")

@@ -412,6 +412,13 @@ class HostSpec(_Strict):
     lxc: list[LxcContainer] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict)
     zfs: Optional[Zfs] = None
+    # hostspec.md cuda_runtimes on a host: none unless given (a bare-metal inference host has
+    # its toolkit or torch on its own disk, and guest.cuda judges hosts too)
+    cuda_runtimes: list["CudaRuntime"] = Field(default_factory=list)
+
+    @property
+    def runtimes(self) -> list["CudaRuntime"]:
+        return self.cuda_runtimes
 
     @property
     def zfs_root(self) -> bool:
@@ -491,6 +498,9 @@ class CudaRuntime(_Strict):
         if self.kind:
             return self.kind
         return "torch" if re.search(r"/(site|dist)-packages$", self.path) else "toolkit"
+
+
+HostSpec.model_rebuild()
 
 
 class GuestSpec(_Strict):
