@@ -108,7 +108,7 @@ class App:
                 # the progress display starts with the play's first event: rich and the report's
                 # modules load while ansible-playbook runs, not before it starts
                 if self._progress is None:
-                    self._progress = stack.enter_context(Progress(self.err, title, done_task=done_task))
+                    self._progress = stack.enter_context(Progress(self.err, title, done_task=done_task, check=check))
                 self._progress.event(event)
 
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
@@ -269,7 +269,12 @@ class App:
     def registered(self):
         """This run, registered on the controller for as long as it lives: a host lock it
         leaves behind when it is killed is stale for the next run at once (module_utils/runs)."""
-        run, fd = register_run()
+        try:
+            run, fd = register_run()
+        except OSError as exc:
+            # a registry that is a link, another user's or open to others: one line, no host touched
+            raise BadInput(f"cannot register this run: {exc.strerror or exc}"
+                           + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")) from None
         self._run = run
         try:
             yield run

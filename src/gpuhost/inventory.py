@@ -47,7 +47,29 @@ def _load_quietly(path: str, limit: str | None) -> list[Target]:
         return out
     except AnsibleError as exc:
         first = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
-        raise InventoryError(f"inventory {path}: {first}") from None
+        raise InventoryError(f"inventory {path}: {first}" + yaml_error_at(path)) from None
+
+
+def yaml_error_at(path: str) -> str:
+    """Where a YAML inventory fails to parse, as the YAML parser says it (Ansible's own line
+    for a source none of its plugins could read names no line): ": line N, column M: problem",
+    or "" where the file is not YAML that fails (an INI file, a script, a directory)."""
+    import os
+
+    import yaml
+
+    if not path.endswith((".yml", ".yaml")) or not os.path.isfile(path):
+        return ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yaml.safe_load(f)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        return f" ({where}: {exc.problem or exc.context or 'not valid YAML'})"
+    except yaml.YAMLError as exc:
+        return f" ({str(exc).splitlines()[0]})"
+    return ""
 
 
 def load_and_check(path: str, limit: str | None = None) -> list[Target]:

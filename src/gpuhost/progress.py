@@ -31,9 +31,12 @@ class Progress:
 
     REPORT_TASK = "Report the findings"
 
-    def __init__(self, console: Console, title: str, done_task: str = REPORT_TASK):
+    def __init__(self, console: Console, title: str, done_task: str = REPORT_TASK, check: bool = False):
         self.console = console
         self.title = title
+        # a play in check mode (audit --diff, the fix's own audit) changes nothing: a task's
+        # "changed" there is what a fix would change, and is said so
+        self.changed_word = "would change" if check else "changed"
         self.done_task = done_task          # the task whose result is a host's report
         self.hosts: dict[str, str] = {}
         self.live: Live | None = None
@@ -82,7 +85,7 @@ class Progress:
         elif kind == "runner_on_ok" and task == TRY_LOCK_TASK and (data.get("res") or {}).get("busy"):
             self.contended = True
         elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
-            line = f"changed: {task}"
+            line = f"{self.changed_word}: {task}"
         elif kind == "runner_on_ok" and (task == self.done_task or (data.get("res") or {}).get("ansible_stats")):
             self.hosts[host] = "done"
             line = "done"

@@ -115,3 +115,19 @@ def test_the_lock_wait_is_said_only_when_a_lock_was_busy():
     assert run(busy=False) == []
     assert run(busy=True) == ["gpuhost fix: apply: gpu1: waiting for another run's lock (hosts are taken in name order)",
                               "gpuhost fix: apply: gpu2: waiting for another run's lock (hosts are taken in name order)"]
+
+
+def test_a_preview_says_what_would_change_never_changed():
+    """The fault campaign: `audit --diff` printed `changed:` lines for tasks it only previewed.
+    A play in check mode says "would change"; one that applies says "changed"."""
+    from gpuhost.app import Progress
+
+    def lines(check: bool) -> list[str]:
+        out = io.StringIO()
+        progress = Progress(Console(file=out, width=300), "gpuhost audit", check=check)
+        progress.event({"event": "runner_on_ok", "event_data": {
+            "host": "gpu1", "task": "pcie.mrrs | set MaxReadReq", "res": {"changed": True}}})
+        return out.getvalue().splitlines()
+
+    assert lines(check=True) == ["gpuhost audit: gpu1: would change: pcie.mrrs | set MaxReadReq"]
+    assert lines(check=False) == ["gpuhost audit: gpu1: changed: pcie.mrrs | set MaxReadReq"]

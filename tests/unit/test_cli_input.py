@@ -47,3 +47,44 @@ def test_the_command_exits_with_its_code_and_all_it_printed():
     res = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "--controls", "no.such"],
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert res.returncode == 1 and res.stderr.startswith("error: --controls: unknown control 'no.such'")
+
+
+@pytest.mark.parametrize("shape", ["link", "open"])
+def test_a_run_registry_that_is_a_link_or_open_to_others_is_one_line(tmp_path, monkeypatch, shape):
+    """The fault campaign: a run registry that is a link or mode 0777 gave a 27-line
+    traceback. Now one line naming it, exit 1, and no host touched."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils import runs
+    from gpuhost import cli
+
+    registry = tmp_path / "runs"
+    if shape == "link":
+        (tmp_path / "elsewhere").mkdir()
+        registry.symlink_to(tmp_path / "elsewhere")
+    else:
+        registry.mkdir(mode=0o777)
+        os.chmod(registry, 0o777)
+    monkeypatch.setattr(runs, "_home_dir", lambda: str(registry))
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    gpu1: {ansible_host: 127.0.1.250, ansible_port: 2}\n")
+    monkeypatch.chdir(tmp_path)
+    err = []
+    monkeypatch.setattr(sys, "stderr", type("E", (), {"write": lambda self, s: err.append(s), "flush": lambda self: None,
+                                                       "isatty": lambda self: False})())
+    assert cli.main(["fix", "--yes", "-i", str(tmp_path / "inv.yml")]) == 1
+    lines = "".join(err).splitlines()
+    assert lines == [f"error: cannot register this run: {registry} is not this user's own private directory: "
+                     "gpuhost keeps no run record there"], lines
+
+
+def test_a_spec_with_a_nul_byte_and_an_inventory_that_is_no_yaml_are_one_line_with_their_line(tmp_path):
+    """The fault campaign: a NUL byte in a lab spec gave two lines; an inventory's YAML error
+    named no line."""
+    (tmp_path / "nul.yml").write_bytes(b"spec: gpuhost.hostspec/v1\nhostname: a\x00b\n")
+    res = subprocess.run([sys.executable, "-m", "gpuhost.cli", "lab", "up", str(tmp_path / "nul.yml"), "--dir",
+                          str(tmp_path / "lab")], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode == 1 and res.stderr.splitlines() == [
+        f"error: {tmp_path}/nul.yml: not valid YAML (line 2): character #x0000 is not allowed in YAML"], res.stderr
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    a: {ansible_host: 127.0.1.5\n")
+    res = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "-i", str(tmp_path / "inv.yml")],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
+    assert res.stderr.strip().endswith("(line 4, column 1: expected ',' or '}', but got '<stream end>')"), res.stderr

@@ -609,8 +609,15 @@ def load_spec(path: str | Path) -> AnySpec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
+        if mark is None and isinstance(getattr(exc, "position", None), int):
+            # the reader's refusal of a character (a NUL byte): where it is, in one line
+            line = text[:exc.position].count("\n") + 1
+            char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+            raise SpecError(f"{path}: not valid YAML (line {line}): character #x{char:04x} is not allowed "
+                            "in YAML") from None
         where = f" (line {mark.line + 1})" if mark else ""
-        raise SpecError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        raise SpecError(f"{path}: not valid YAML{where}: {problem}") from None
     return parse_spec(data, str(path))
 
 
