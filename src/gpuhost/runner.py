@@ -162,8 +162,14 @@ class PlaybookRun:
             elif kind == "runner_on_unreachable" and host:
                 res = data.get("res") or {}
                 msg = str(res.get("msg") or "unreachable")
-                if "Host key verification failed" in msg or "IDENTIFICATION HAS CHANGED" in msg:
+                if "IDENTIFICATION HAS CHANGED" in msg:
                     msg = f"host key for {host} does not match known_hosts (refused: check the key before trusting it)"
+                elif re.search(r"No \S+ host key is known for", msg):
+                    # OpenSSH sshconnect.c, strict checking with no entry: a host never seen, not a changed key
+                    msg = (f"no host key for {host} in known_hosts (refused: check its fingerprint, then add it, "
+                           "e.g. ssh-keyscan)")
+                elif "Host key verification failed" in msg:
+                    msg = f"host key for {host} could not be verified against known_hosts (refused)"
                 result.unreachable[host] = msg.strip().splitlines()[0]
             elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
                 task = str(data.get("task") or "?")

@@ -286,6 +286,13 @@ def test_a_changed_host_key_is_refused_and_nothing_is_touched(make_lab):
         host = run.report["hosts"]["switch-host"]
         assert host["reachable"] is False and "host key for switch-host does not match known_hosts" in str(host), host
     assert lab.disk("switch-host") == disk
+    # no entry at all is a host never seen, not a changed key (the fault campaign): said so
+    known.write_text("")
+    run = gpuhost("audit", "-i", str(lab.inventory))
+    host = run.report["hosts"]["switch-host"]
+    assert run.rc == 3 and "no host key for switch-host in known_hosts" in str(host), host
+    assert "does not match" not in str(host)
+    assert lab.disk("switch-host") == disk
 
 
 @pytest.mark.parametrize("flag, value, message", [

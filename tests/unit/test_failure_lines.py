@@ -53,3 +53,20 @@ def test_a_long_apt_error_keeps_its_cause_at_the_end():
     res = {"msg": "'/usr/bin/apt-get -y install proxmox-kernel-6.14' failed: " + "W: noise line. " * 120 + tail}
     line = describe(res)
     assert line.endswith(tail) and line.startswith("'/usr/bin/apt-get -y install") and len(line) <= 1000
+
+
+def test_a_full_boot_is_named():
+    """The fault campaign: a kernel install that filled /boot ended in dpkg's last line alone.
+    The lines are dpkg's and update-initramfs' own words for ENOSPC."""
+    res = {"cmd": ["apt-get", "install", "-y", "proxmox-kernel-6.14"], "rc": 100,
+           "stdout": "Unpacking proxmox-kernel-6.14.11-4-pve-signed (6.14.11-4) ...\n",
+           "stderr": "dpkg: error processing archive /var/cache/apt/archives/proxmox-kernel-6.14.11-4-pve-signed.deb "
+                     "(--unpack):\n cannot copy extracted data for './boot/vmlinuz-6.14.11-4-pve' to "
+                     "'/boot/vmlinuz-6.14.11-4-pve.dpkg-new': failed to write (No space left on device)\n"
+                     "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"}
+    line = describe(res)
+    assert line.endswith("(/boot is full: see `df -h /boot`, and remove kernels that no longer boot)"), line
+    assert line.startswith("`apt-get install -y proxmox-kernel-6.14` exited 100: E: Sub-process /usr/bin/dpkg")
+    elsewhere = {"msg": "cannot write /etc/sysctl.d/90-gpuhost.conf: No space left on device"}
+    assert describe(elsewhere).endswith("(a file system is full: No space left on device)")
+    assert "full" not in describe({"msg": "cannot write /boot/x: Permission denied"})

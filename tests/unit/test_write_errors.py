@@ -119,3 +119,20 @@ def test_a_unit_written_is_read_by_systemd_in_the_same_call_and_only_when_it_cha
     again = run_module("file", args, path=path)
     assert not again["changed"] and not again["daemon_reloaded"], again
     assert calls.read_text() == "daemon-reload\n", "nothing changed: no second reload"
+
+
+def test_a_link_is_named_for_what_it_is(tmp_path):
+    """The fault campaign: the link refusal called every link "a masked unit". A unit linked to
+    /dev/null is one; any other link is a file kept elsewhere."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.write import link_refusal
+
+    unit = tmp_path / "etc/systemd/system/gpuhost-cpu-governor.service"
+    unit.parent.mkdir(parents=True)
+    unit.symlink_to("/dev/null")
+    assert link_refusal(str(unit)).endswith("is a symbolic link to /dev/null (a masked unit): gpuhost does not write "
+                                            "through or over it")
+    conf = tmp_path / "etc/sysctl.d/90-gpuhost.conf"
+    conf.parent.mkdir(parents=True)
+    conf.symlink_to("/srv/config/90-gpuhost.conf")
+    assert "(a file kept elsewhere)" in link_refusal(str(conf)) and "masked" not in link_refusal(str(conf))
+    assert link_refusal(str(tmp_path)) is None

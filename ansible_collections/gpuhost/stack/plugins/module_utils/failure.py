@@ -22,7 +22,19 @@ def _clip(text: str) -> str:
 
 
 def describe(res: dict | None) -> str:
-    return _clip(_describe(res))
+    return _clip(_describe(res) + _full_disk(res))
+
+
+def _full_disk(res: dict | None) -> str:
+    """ENOSPC named where it struck: dpkg and update-initramfs fill /boot first (a kernel's
+    image, initrd and System.map land there), and their last line rarely says which disk."""
+    res = res or {}
+    said = " ".join(str(res.get(k) or "") for k in ("msg", "stdout", "stderr", "module_stdout", "module_stderr"))
+    if "No space left on device" not in said:
+        return ""
+    if re.search(r"(?<![\w/])/boot(?:/|\b)", said):
+        return " (/boot is full: see `df -h /boot`, and remove kernels that no longer boot)"
+    return " (a file system is full: No space left on device)"
 
 
 # ansible-core 2.17 and later send modules that start with `from __future__ import

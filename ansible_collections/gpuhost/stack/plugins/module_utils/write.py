@@ -17,8 +17,11 @@ def link_refusal(path):
     administrator's decision (a unit masked with a link to /dev/null, a file that lives
     elsewhere) and writing through or over it would change what it points to or undo it."""
     if os.path.islink(path):
-        return "%s is a symbolic link to %s (a masked unit, or a file kept elsewhere): gpuhost does not write " \
-               "through or over it" % (path, os.readlink(path))
+        target = os.readlink(path)
+        unit = path.endswith((".service", ".socket", ".timer", ".target", ".mount", ".path")) and \
+            "/systemd/" in path
+        kind = "a masked unit" if unit and target == "/dev/null" else "a file kept elsewhere"
+        return "%s is a symbolic link to %s (%s): gpuhost does not write through or over it" % (path, target, kind)
     return None
 
 
