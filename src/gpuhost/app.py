@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -334,7 +335,10 @@ class App:
         """SIGINT and SIGTERM during a fix stop it from starting new changes: the change in
         flight finishes (dpkg is never killed; ansible-playbook runs in a session of its own
         and never sees the signal), no host is rebooted, and the report still gets written."""
-        with tempfile.TemporaryDirectory(prefix="gpuhost-stop-") as tmp:
+        from ansible_collections.gpuhost.stack.plugins.module_utils.runs import scratch_dir
+        tmp = scratch_dir("gpuhost-stop-")
+        with contextlib.ExitStack() as cleanup:
+            cleanup.callback(shutil.rmtree, tmp, True)
             stop = os.path.join(tmp, "stop")
 
             def handler(signum, frame):

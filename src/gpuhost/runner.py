@@ -128,7 +128,9 @@ class PlaybookRun:
                 result.diffs.setdefault(host, []).append((task, {"prepared": str(res["msg"]) + "\n"}))
 
     def run(self) -> RunResult:
-        private = Path(tempfile.mkdtemp(prefix="gpuhost-run-"))
+        from ansible_collections.gpuhost.stack.plugins.module_utils.runs import scratch_dir, sweep
+        sweep()         # what killed runs left in $TMPDIR (a SIGKILL runs no cleanup)
+        private = Path(scratch_dir("gpuhost-run-"))
         ident = uuid.uuid4().hex[:12]
         result = RunResult(status="failed", rc=-1)
         seen_hosts: list[str] = []

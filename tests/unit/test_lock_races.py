@@ -135,3 +135,30 @@ def test_a_lock_that_is_no_gpuhost_lock_is_named_in_one_line(tmp_path):
     os.utime(path, None)
     os.chmod(path, 0o666)
     assert "mode 0666" in lock.take(path, record, 14400)["held"]["foreign"]
+
+
+def test_scratch_directories_a_killed_run_left_are_swept_by_the_next(tmp_path, monkeypatch):
+    """The fault campaign: gpuhost-run-* and gpuhost-stop-* stayed in $TMPDIR after a SIGKILL.
+    Each names its owner; the next run removes those whose owner is gone, never a live one's,
+    another user's or a link."""
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    code = ("from ansible_collections.gpuhost.stack.plugins.module_utils import runs\n"
+            "import time\n"
+            "print(runs.scratch_dir('gpuhost-run-'), runs.scratch_dir('gpuhost-stop-'), flush=True)\n"
+            "time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    left = child.stdout.readline().split()
+    mine = runs.scratch_dir("gpuhost-run-")                  # this live process's own
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "gpuhost-run-link").symlink_to(tmp_path / "elsewhere")
+    runs.sweep()
+    assert all(os.path.isdir(d) for d in left + [mine])      # alive: kept
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    runs.sweep()
+    assert not any(os.path.exists(d) for d in left) and os.path.isdir(mine)
+    assert (tmp_path / "gpuhost-run-link").is_symlink() and (tmp_path / "elsewhere").is_dir()

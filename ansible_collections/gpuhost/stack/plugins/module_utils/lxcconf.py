@@ -224,6 +224,17 @@ def repairable(pt: Passthrough) -> bool:
     return bool(pt.gpu_nodes)
 
 
+def line_end(text: str) -> str:
+    """The line end a config already uses ("\r\n" where its lines end so: a file edited on
+    Windows and copied over), so that a line gpuhost adds ends like its neighbours."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
+def _ended(lines: list[str], eol: str) -> list[str]:
+    return [line[:-1] + eol if line.endswith("\n") and not line.endswith(eol) else line for line in lines]
+
+
 def repair(text: str, devices: dict[int, str]) -> str:
     """The config with the main section's passthrough lines made right, in the syntax it
     already uses; every other byte untouched."""
@@ -242,8 +253,10 @@ def repair(text: str, devices: dict[int, str]) -> str:
             else:
                 continue
         out.append(line)
+    eol = line_end(text)
     if out and not out[-1].endswith("\n"):
-        out[-1] += "\n"
+        out[-1] += eol
+    ours = len(out)                         # the lines from here on are gpuhost's
     for major in missing:
         out.append(f"lxc.cgroup2.devices.allow: c {major}:* rwm\n")
     index = pt.max_dev_index
@@ -260,7 +273,8 @@ def repair(text: str, devices: dict[int, str]) -> str:
     # a mount added above may need its major allowed
     again = needed_allows(inspect("", "".join(out)), majors)
     out += [f"lxc.cgroup2.devices.allow: c {m}:* rwm\n" for m in again]
-    return "".join(out + rest)
+    # the lines gpuhost added end as the file's own do
+    return "".join(out[:ours] + _ended(out[ours:], eol) + rest)
 
 
 CPUSET_RE = re.compile(r"^lxc\.cgroup2\.cpuset\.cpus(?::|\s*=)\s*(.*?)\s*$")
@@ -291,9 +305,10 @@ def with_cpuset(text: str, cpus: str) -> str | None:
     main, rest = main_section(text)
     last = max((i for i, line in enumerate(main) if line.strip()), default=-1)
     head, tail = main[:last + 1], main[last + 1:]
+    eol = line_end(text)
     if head and not head[-1].endswith("\n"):
-        head[-1] += "\n"
-    return "".join(head + [f"lxc.cgroup2.cpuset.cpus: {cpus}\n"] + tail + rest)
+        head[-1] += eol
+    return "".join(head + [f"lxc.cgroup2.cpuset.cpus: {cpus}{eol}"] + tail + rest)
 
 
 # A line pve-container reads (pve-docs, "Configuration File Format" of pct.conf): a comment,

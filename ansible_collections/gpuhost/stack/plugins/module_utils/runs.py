@@ -177,3 +177,50 @@ def gone(run):
     except OSError:
         pass
     return True
+
+
+OWNER = ".gpuhost-owner"        # in a run's scratch directory: [pid, start time] of the process it is for
+
+
+def scratch_dir(prefix):
+    """A private scratch directory in $TMPDIR (mkdtemp: 0700) that names its owner, so a later
+    run can remove it once that process is gone (a SIGKILL leaves it behind)."""
+    import json
+    import tempfile
+    path = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(path, OWNER), "w") as f:
+        json.dump(process(os.getpid()), f)
+    return path
+
+
+def sweep(prefixes=("gpuhost-run-", "gpuhost-stop-"), older_than_s=86400):
+    """Remove this user's scratch directories in $TMPDIR whose owner is gone (the kernel says
+    so: no live process with its PID and start time), and, of those that name no owner (an
+    older gpuhost's), the ones untouched for a day. Never a link, never another user's."""
+    import json
+    import shutil
+    import tempfile
+    import time
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(tuple(prefixes)):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        try:
+            with open(os.path.join(path, OWNER)) as f:
+                owner = json.load(f)
+            dead = not lives(owner)
+        except (OSError, ValueError):
+            dead = time.time() - st.st_mtime > older_than_s
+        if dead:
+            shutil.rmtree(path, ignore_errors=True)

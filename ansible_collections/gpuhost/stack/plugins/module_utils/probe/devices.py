@@ -145,10 +145,7 @@ class DevicesProbe:
             m = re.search(r"NVML library version: (\S+)", text + err)
             out["userspace"] = m.group(1) if m else None
             return out
-        for line in text.strip().splitlines():
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) != len(fields):
-                continue
+        for cells in smi_rows(text, len(fields)):
             row = dict(zip(fields, cells))
             bus = row["pci.bus_id"].lower()
             out["gpus"].append({"index": int(row["index"]), "bdf": bus[4:] if len(bus) == 16 else bus,
@@ -229,6 +226,23 @@ SMI_FIELDS = SMI_CORE + ("compute_cap", "memory.total", "power.limit", "enforced
                          "ecc.mode.current", "ecc.mode.pending", "fabric.state", "fabric.status")
 POWER_FIELDS = (("limit_w", "power.limit"), ("enforced_w", "enforced.power.limit"), ("default_w", "power.default_limit"),
                 ("min_w", "power.min_limit"), ("max_w", "power.max_limit"))
+
+
+def smi_rows(text, width):
+    """nvidia-smi's CSV rows of *width* cells. A GPU name is free text the board's firmware
+    sets: one that holds a line break splits its row in two, and a row short of cells takes the
+    next line in, the break kept as a visible "\\n" (the GPU is reported, never dropped)."""
+    rows, pending = [], None
+    for line in text.strip().splitlines():
+        joined = line if pending is None else pending + "\\n" + line
+        cells = [c.strip() for c in joined.split(",")]
+        if len(cells) < width:
+            pending = joined
+            continue
+        pending = None
+        if len(cells) == width:
+            rows.append(cells)
+    return rows
 
 
 def _watts(cell):
