@@ -272,3 +272,23 @@ def test_a_bare_metal_mig_host_with_hotplug_slots_and_its_own_cuda_runtimes(make
     f = after.finding(host, "nvidia.gpu_modes")
     assert f["status"] == "manual" and "no GPU instance, so no CUDA device" in f["message"], f
     assert after.changed(host) == set()
+
+
+def test_the_seed_with_two_servers_on_one_node_gets_disjoint_cpu_sets(make_lab):
+    """Issue 37's seed copy: the fourth review's harm. Two serving containers with `cores: 24`
+    on node 0's GPUs were both pinned to the same CPUs, for good (pvestatd never rebalances a
+    fixed set). Now the full cycle, audit, fix through its reboot, a second fix that changes
+    nothing, a boot, gives each 12 whole cores of node 0 that the other does not have, and
+    both run on them; the GPUs' 600 W default limit passes as it is."""
+    lab = make_lab(SPECS / "pve-gpu1-two-servers.yml")
+    host = "pve-gpu1-two"
+    inventory = inventory_with(lab, {host: {"gpuhost_lxc_restart": True}})
+    audit, fix, final = cycle(lab, host, inventory, {"lxc.cpuset": "drift", "lxc.gpu_passthrough": "drift",
+                                                     "nvidia.power_limit": "pass"})
+    assert fix.rc == 0, fix.stderr[-2000:]
+    sets = {v: lxcconf.cpu_request(lab.out(host, f"cat /etc/pve/lxc/{v}.conf"))[0] for v in (129, 131)}
+    assert sets == {129: "1-12,65-76", 131: "13-24,77-88"}, sets
+    running = {v: lab.out(host, f"cat /sys/fs/cgroup/lxc/{v}/cpuset.cpus.effective") for v in (129, 131)}
+    assert running == sets, running
+    assert lxcconf.cpu_request(lab.out(host, "cat /etc/pve/lxc/130.conf")) == (None, 8), "a container without GPUs is left alone"
+    assert final.status(host)["lxc.cpuset"] == "pass"
