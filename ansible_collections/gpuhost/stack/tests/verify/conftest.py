@@ -130,6 +130,7 @@ EVERY_HOST = (
 HOST_LEVEL = (
     "test -e /etc/pve/lxc",
     "cat -- /sys/devices/system/cpu/offline",
+    "cat -- /sys/devices/system/cpu/present",
     "cat -- /proc/sys/kernel/osrelease",
     "ls /sys/class/iommu 2>/dev/null",
     "ls /sys/block",
