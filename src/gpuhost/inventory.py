@@ -60,9 +60,14 @@ def yaml_error_at(path: str) -> str:
 
     if not path.endswith((".yml", ".yaml")) or not os.path.isfile(path):
         return ""
+    class Loader(yaml.SafeLoader):
+        pass
+
+    # Ansible's own tags (!vault, !unsafe) are no YAML error
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            yaml.safe_load(f)
+            yaml.load(f, Loader=Loader)  # noqa: S506 (a SafeLoader that ignores tags)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"

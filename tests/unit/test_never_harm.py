@@ -135,11 +135,12 @@ def test_a_kernel_held_back_by_the_grub_default_is_manual_not_installed_for_ever
             assert host.finding("kernel.reboot_pending")["status"] == "pass"
 
 
-def test_a_consumed_one_time_rollback_boot_is_pending_not_stale(tmp_path):
+def test_a_consumed_one_time_rollback_boot_is_said_not_stale(tmp_path):
     """T3-12: `proxmox-boot-tool kernel pin <old> --next-boot`, then a reboot: that boot runs
     the old kernel once, and proxmox-boot-cleanup.service removes the pin and refreshes the
     ESPs at it. The newer default was installed before this boot, yet the next boot does start
-    it: pending_reboot saying so, never "a reboot will not help"."""
+    it: said so, never "a reboot will not help"; when to go back is the operator's, so it is
+    manual and gpuhost never reboots for it."""
     old, new = "6.8.12-4-pve", "6.14.11-4-pve"
     host = _render(tmp_path, {"kernel": {"installed": [old, new]}}, None)
     assert host.facts()["boot"]["running_kernel"] == new
@@ -158,11 +159,13 @@ def test_a_consumed_one_time_rollback_boot_is_pending_not_stale(tmp_path):
     host.write("/proc/stat", "\n".join(f"btime {int(time.time()) + 600}" if line.startswith("btime ") else line
                                        for line in stat.splitlines()) + "\n")
     f = host.finding("kernel.reboot_pending")
-    assert f["status"] == "pending_reboot", f
+    assert f["status"] == "manual" and not f["reboot_required"], f
     assert f"{old} ran this boot once: proxmox-boot-tool kernel pin --next-boot" in f["message"]
+    assert "gpuhost does not reboot for a kernel chosen for one boot" in f["message"]
     # without the cleanup's trace the same state is a boot that did not apply the default
     (host.root / "run/gpuhost-lab-units/proxmox-boot-cleanup.service").unlink()
-    assert host.finding("kernel.reboot_pending")["status"] == "manual"
+    f = host.finding("kernel.reboot_pending")
+    assert f["status"] == "manual" and "a reboot will not help" in f["message"], f
 
 
 def test_a_grub_reboot_trial_boot_is_pending_not_stale(tmp_path):
@@ -433,3 +436,22 @@ def test_a_kernel_whose_boot_files_are_missing_is_manual_not_installed_for_ever(
     host.write("/boot/vmlinuz-6.14.8-2-pve", "image\n")
     host.write("/var/lib/gpuhost-lab/esp/loader/loader.conf", "timeout 3\ndefault proxmox-6.14.8-2-pve.conf\n")
     assert host.judge()["kernel.version"]["status"] == "pending_reboot"
+
+
+def test_a_refusal_of_one_file_a_glob_matched_holds_that_glob_fix():
+    """A change written by glob (each cpufreq policy's file) whose write the kernel refused for
+    one of the files: the same fix would fail the same way, so it is manual too."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls.gates import respect_refusals
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Finding, Host
+
+    path = "/sys/devices/system/cpu/cpufreq/policy3/energy_performance_preference"
+    host = Host({"boot": {"refused_writes": {path: {"value": "performance", "error": "Invalid argument"}}}}, {})
+    f = Finding("cpu.governor", "drift", message="EPP is balance_performance",
+                fix={"runtime": [{"glob": "/sys/devices/system/cpu/cpufreq/policy*/energy_performance_preference",
+                                  "value": "performance"}]})
+    respect_refusals(host, f)
+    assert f.status == "manual" and f.fix == {} and f"the kernel refused performance for {path}" in f.message
+    other = Finding("cpu.governor", "drift", fix={"runtime": [{"glob": "/sys/devices/system/cpu/cpufreq/policy*/"
+                                                               "scaling_governor", "value": "performance"}]})
+    respect_refusals(host, other)
+    assert other.status == "drift" and other.fix

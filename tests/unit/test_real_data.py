@@ -332,7 +332,7 @@ def test_a_real_gpu_without_power_management_reads_as_none():
     assert devices._watts("600.00 W") == 600.0 and devices._watts("200.00") == 200.0
 
 
-def _health(tmp_path, log_lines: list[str], bdf: str) -> dict:
+def _health(tmp_path, log_lines: list[str], bdf: str, persistence: bool = True) -> dict:
     """health.gpu on the base host, its GPU moved to *bdf*, with the Xids the probe reads
     in *log_lines*."""
     import copy
@@ -343,6 +343,7 @@ def _health(tmp_path, log_lines: list[str], bdf: str) -> dict:
     gpu = next(d for d in facts["pci"] if d.get("vendor") == 0x10DE)
     facts["pci"] = [d for d in facts["pci"] if d is not gpu] + [dict(copy.deepcopy(gpu), bdf=bdf)]
     facts["nvidia"]["gpus"][0]["bdf"] = bdf
+    facts["nvidia"]["gpus"][0]["persistence"] = persistence
     facts["kernel_log"] = {"xids": devices.xids_in(log_lines)}
     return controls.evaluate(facts, {"controls": ["health.gpu"]})["health.gpu"]
 
@@ -378,6 +379,9 @@ def test_an_xid_before_the_gpus_next_attach_does_not_count(tmp_path):
     assert "Xid 79 before the GPU's last reset" in f["observed"]
     # without the second UUID line, the 79 is this attach's: manual
     assert _health(tmp_path, lines, "0000:5d:00.0")["status"] == "manual"
+    # without persistence mode the driver makes the GPU's object anew whenever its last client
+    # closes: a second UUID line is then no proof of a reset, and the 79 still counts
+    assert _health(tmp_path / "np", lines + after, "0000:5d:00.0", persistence=False)["status"] == "manual"
 
 
 def test_a_gpu_the_driver_release_does_not_support_is_named_not_called_a_binding_problem(tmp_path):
@@ -391,12 +395,17 @@ def test_a_gpu_the_driver_release_does_not_support_is_named_not_called_a_binding
     assert devices.unsupported_in(lines) == [{"bdf": "0000:01:00.0", "pci_id": "10de:25a0", "why": "release",
                                               "release": "520.56.06"}]
     facts = scenarios.render(scenarios.BASE_HOST, tmp_path).facts()
-    facts["nvidia"].update(gpus=[], no_devices=True, smi_error="No devices were found")
+    # the driver that host loaded, as its log names it
+    facts["nvidia"].update(gpus=[], no_devices=True, smi_error="No devices were found", module="520.56.06",
+                           userspace="520.56.06")
     facts["kernel_log"] = {"xids": [], "unsupported_gpus": devices.unsupported_in(lines)}
     f = controls.evaluate(facts, {"controls": ["nvidia.driver"]})["nvidia.driver"]
     assert f["status"] == "manual", f
     assert f["message"].startswith("0000:01:00.0 (PCI ID 10de:25a0) is not supported by the NVIDIA 520.56.06 "
                                    "driver release, as its probe logged") and "binding" not in f["message"], f
+    # a line of a release since replaced (the module loaded now is another) is history
+    facts["nvidia"].update(module="575.57.08", userspace="575.57.08")
+    assert "520.56.06" not in controls.evaluate(facts, {"controls": ["nvidia.driver"]})["nvidia.driver"]["message"]
 
 
 def test_real_application_xids_leave_the_gpu_healthy(tmp_path):
@@ -705,3 +714,15 @@ def test_real_fabric_sections_read_as_the_gpu_fabric_state():
                     {"state": "In Progress", "status": None},
                     {"state": "Completed", "status": "Success"},
                     None]
+
+
+def test_a_warning_line_of_nvidia_smi_is_no_gpu_row():
+    """A line nvidia-smi prints besides its CSV (a warning) is neither a row nor joined onto
+    one; a row split by a line break in the GPU's name is joined."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils.probe import devices
+
+    text = ("WARNING: infoROM is corrupted at gpu 0000:01:00.0\n"
+            "0, 00000000:01:00.0, NVIDIA RTX PRO 6000, 575.57.08, Enabled\n"
+            "1, 00000000:02:00.0, NVIDIA RTX\nPRO 6000, 575.57.08, Enabled\n")
+    assert devices.smi_rows(text, 5) == [["0", "00000000:01:00.0", "NVIDIA RTX PRO 6000", "575.57.08", "Enabled"],
+                                         ["1", "00000000:02:00.0", "NVIDIA RTX\\nPRO 6000", "575.57.08", "Enabled"]]

@@ -26,8 +26,10 @@ def busy_line(held: dict, path: str, wait: int) -> str:
     """One line for a lock still held after the wait: whose, since when, and what the operator
     can do; a file that is no gpuhost lock, and a record dated ahead of the clock, said so."""
     if held.get("foreign"):
-        return ("%s is not a gpuhost lock (%s) and is not yet old enough to be stale (waited %d s): remove it if no "
-                "gpuhost run is changing this host" % (path, held["foreign"], wait))
+        when = "and never becomes stale" if held["foreign"] == "not a plain file" else \
+            "and is not yet old enough to be stale"
+        return ("%s is not a gpuhost lock (%s) %s (waited %d s): remove it if no gpuhost run is changing this host"
+                % (path, held["foreign"], when, wait))
     run = held.get("run") or {}
     line = "another gpuhost run changes this host: %s holds %s since %s (waited %d s)" % (
         held.get("holder") or "?", path, held.get("since") or "?", wait)

@@ -201,6 +201,8 @@ def sweep(prefixes=("gpuhost-run-", "gpuhost-stop-"), older_than_s=86400):
     import shutil
     import tempfile
     import time
+    if start_time(os.getpid()) is None:
+        return              # no /proc to ask: nobody is judged gone
     base = tempfile.gettempdir()
     try:
         names = os.listdir(base)

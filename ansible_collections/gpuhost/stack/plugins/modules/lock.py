@@ -193,7 +193,10 @@ def acquire(module):
               "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "boot_id": boot_id()}
     if p["run"]:
         record["run"] = p["run"]
-    return take(path, record, p["max_age"], p["take_over"])
+    try:
+        return take(path, record, p["max_age"], p["take_over"])
+    except OSError as exc:
+        module.fail_json(msg="cannot take the lock %s: %s" % (path, exc.strerror or exc))
 
 
 def give_back(path, token):
@@ -207,8 +210,13 @@ def give_back(path, token):
 
 def release(module):
     path, token = module.params["path"], module.params["token"]
-    if os.path.isdir(os.path.dirname(path)):
+    if not os.path.lexists(os.path.dirname(path)):
+        return dict(changed=False)          # a reboot emptied /run: nothing of ours is there
+    try:
+        safe_dir(os.path.dirname(path))
         give_back(path, token)
+    except OSError as exc:
+        module.fail_json(msg="cannot give back the lock %s: %s" % (path, exc.strerror or exc))
     return dict(changed=False)
 
 

@@ -85,7 +85,7 @@ def file_changes(module, change):
             except (IOError, OSError) as exc:
                 if change.get("refused_ok"):
                     continue            # the kernel's no is the answer (a driver that rejects the value)
-                if exc.errno not in (errno.EACCES, errno.EROFS):
+                if exc.errno in (errno.EPERM, errno.EINVAL, errno.EOPNOTSUPP):
                     # the driver said no (intel_pstate's EPERM for no_turbo when the firmware
                     # turned Turbo off): remembered for this boot, so the next audit says so
                     # instead of a fix that fails the same way at every run

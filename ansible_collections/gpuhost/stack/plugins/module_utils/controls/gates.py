@@ -90,11 +90,18 @@ def respect_refusals(h: Host, finding: Finding) -> None:
     the finding is manual, naming the refusal, until a boot, when it is tried again."""
     fix = finding.fix if isinstance(finding.fix, dict) else {}
     refused = (h.boot.get("refused_writes") or {}) if isinstance(h.boot, dict) else {}
-    hit = [(c["path"], refused[c["path"]]) for c in fix.get("runtime") or []
-           if isinstance(c, dict) and c.get("path") in refused and str(c.get("value")) == refused[c["path"]]["value"]]
+    import fnmatch
+    hit = []
+    for c in fix.get("runtime") or []:
+        if not isinstance(c, dict):
+            continue
+        # a change by glob (each policy's file) was refused for one of the files it matched
+        paths = [c["path"]] if c.get("path") else [p for p in refused if c.get("glob") and fnmatch.fnmatch(p, c["glob"])]
+        hit += [(p, refused[p]) for p in paths if p in refused and str(c.get("value")) == refused[p]["value"]]
     if hit:
         path, why = hit[0]
         finding.status, finding.fix, finding.reboot_required = "manual", {}, False
         finding.message = (f"{finding.message}; the kernel refused {why['value']} for {path} at gpuhost's fix in this "
                            f"boot ({why['error']}): what it depends on (a firmware setting, the driver) must change "
-                           "first; gpuhost tries again after the next boot")
+                           "first; gpuhost tries again after the next boot, or once /var/lib/gpuhost/refused-writes.json "
+                           "is removed")

@@ -20,10 +20,10 @@ CONTROL = Control(
                 "Documentation/ABI/testing/dev-kmsg", "Azure/azurehpc-health-checks: critical Xids"),
     passes=("every NVIDIA GPU's config space answers (not all ones), the driver asks for no recovery action and has "
             "no row remap or page retirement pending, and this boot's kernel log has no critical Xid (48 56 57 58 62 "
-            "64 65 68 69 73 74 79 80 81 95 119 120) since the GPU was last attached (an Xid before its UUID line "
-            "came again, at a reset, does not count; nor an Xid 95 once the driver, which asks for the reset it "
-            "needs, asks for none); 63 and 92 count through the remap and retirement state they record; health "
-            "findings stop a reboot roll-out"),
+            "64 65 68 69 73 74 79 80 81 95 119 120) since the GPU was last reset (on a GPU in persistence mode, an "
+            "Xid before its UUID line came again does not count; nor an Xid 95 once the driver, which asks for the "
+            "reset it needs, asks for none); 63 and 92 count through the remap and retirement state they record; "
+            "health findings stop a reboot roll-out"),
     repair="manual: never fixed; reset or drain the GPU as the driver asks, or replace it",
     facts=("pci", "nvidia", "kernel_log"),
 )
@@ -65,11 +65,15 @@ def judge(h: Host) -> Finding:
     log = h.section("kernel_log")
     history: list[str] = []         # critical Xids a reset has answered since: said, not counted
     actions = {str(g.get("bdf", ""))[:-2]: (g.get("health") or {}).get("recovery_action") for g in nv.get("gpus") or []}
+    # the driver makes a GPU's object anew (and logs its UUID line again before the next Xid)
+    # at a reset or a driver reload, but also, without persistence mode, each time its last
+    # client closes and the next opens: only a GPU kept in persistence mode says it was reset
+    persistent = {str(g.get("bdf", ""))[:-2] for g in nv.get("gpus") or [] if g.get("persistence")}
     if log is not None:
         for x in log.get("xids") or []:
             if x["xid"] not in CRITICAL_XIDS:
                 continue
-            if x.get("since_reset") is False:
+            if x.get("since_reset") is False and x["pci"] in persistent:
                 history.append(f"{x['pci']}: Xid {x['xid']} before the GPU's last reset")
                 continue
             if x["xid"] in CLEARED_BY_RESET and actions.get(x["pci"]) == "None":

@@ -74,6 +74,12 @@ def judge(h: Host) -> Finding:
             "proxmox-boot-cleanup.service undid at this boot)" if rolled_back else ""))
     if diffs:
         why.append("the next boot's command line differs: " + " ".join(diffs))
+    if rolled_back:
+        # the operator chose this kernel for one boot (a rollback, a trial): when to go back to
+        # the default is theirs, so gpuhost says so and never reboots for it
+        return Finding(cid, "manual", observed, expected,
+                       "; ".join(why) + ": reboot when you choose to go back to it (or `proxmox-boot-tool kernel pin "
+                       f"{running}` to keep this one); gpuhost does not reboot for a kernel chosen for one boot")
     if why:
         # a one-time boot of another kernel was chosen on purpose after this boot: not stale
         stale = not_applied_by_this_boot(h, default if default and running != default and not once

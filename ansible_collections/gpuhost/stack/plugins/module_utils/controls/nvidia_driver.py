@@ -56,8 +56,12 @@ def judge(h: Host) -> Finding:
                        "the NVIDIA userspace (nvidia-smi, NVML) is not installed")
     # the driver's probe said in this boot's log which GPUs it does not support: a driver too old
     # for the GPU's architecture, never a binding problem (nv.c, print_unsupported)
+    driven = {str(g.get("bdf")).lower() for g in nv.get("gpus") or []}
+    # a GPU the driver does not drive now, refused by the release loaded now (a log line of a
+    # release since replaced is history)
     refused = [u for u in (h.section("kernel_log") or {}).get("unsupported_gpus") or []
-               if any(g["bdf"] == u["bdf"] for g in h.gpus if g.get("driver") != "vfio-pci")]
+               if u["bdf"] not in driven and u.get("release") in (None, nv["module"])
+               and any(g["bdf"] == u["bdf"] for g in h.gpus if g.get("driver") != "vfio-pci")]
     too_old = [u for u in refused if u["why"] == "release"]
     if too_old:
         return Finding(cid, "manual", f"module {nv['module']}", "a driver that supports every GPU",

@@ -109,7 +109,7 @@ def judge(h: Host) -> Finding:
     if not boot_units:
         enabling = [g["bdf"] for g in gpus if g["modes"]["mig"] and (
             (wanted["mig"] is True and g["modes"]["mig"][1] != "Enabled") or
-            (g["modes"]["mig"][0] != "Enabled" and g["modes"]["mig"][1] == "Enabled"))]
+            (wanted["mig"] is not False and g["modes"]["mig"][0] != "Enabled" and g["modes"]["mig"][1] == "Enabled"))]
         if enabling:
             return Finding(cid, "manual", observed, expected,
                            f"MIG {'is wanted' if wanted['mig'] else 'waits to be turned on'} on {', '.join(enabling)}, "

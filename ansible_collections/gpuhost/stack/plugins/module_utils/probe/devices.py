@@ -230,18 +230,26 @@ POWER_FIELDS = (("limit_w", "power.limit"), ("enforced_w", "enforced.power.limit
 
 def smi_rows(text, width):
     """nvidia-smi's CSV rows of *width* cells. A GPU name is free text the board's firmware
-    sets: one that holds a line break splits its row in two, and a row short of cells takes the
-    next line in, the break kept as a visible "\\n" (the GPU is reported, never dropped)."""
+    sets: one that holds a line break splits its row in two, and a row that starts with a GPU
+    index but is short of cells takes the next line in, the break kept as a visible "\\n" (the
+    GPU is reported, never dropped). Any other line (a warning nvidia-smi prints) is no row."""
     rows, pending = [], None
     for line in text.strip().splitlines():
-        joined = line if pending is None else pending + "\\n" + line
-        cells = [c.strip() for c in joined.split(",")]
-        if len(cells) < width:
-            pending = joined
-            continue
-        pending = None
+        cells = [c.strip() for c in line.split(",")]
         if len(cells) == width:
             rows.append(cells)
+            pending = None
+            continue
+        if pending is not None:
+            joined = [c.strip() for c in (pending + "\\n" + line).split(",")]
+            if len(joined) == width:
+                rows.append(joined)
+                pending = None
+                continue
+            pending = pending + "\\n" + line if len(joined) < width else None
+            continue
+        if len(cells) < width and re.match(r"^\d+\s*,", line):
+            pending = line
     return rows
 
 
