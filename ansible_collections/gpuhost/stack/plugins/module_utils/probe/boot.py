@@ -80,7 +80,8 @@ class BootProbe:
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
                 "nvidia_dkms": bool(self.glob("/var/lib/dkms/nvidia*")),
                 "untrusted_records": list(getattr(self, "untrusted_records", [])),
-                "next_boot_pin_consumed": self.next_boot_pin_consumed(),
+                # asked of systemd only where it matters: this boot runs another kernel than the next
+                "next_boot_pin_consumed": self.next_boot_pin_consumed() if default and running != default else None,
                 "refused_writes": self.refused_writes()}
 
     def detect_loader(self, cmdline):
