@@ -28,6 +28,8 @@ import socket
 import stat
 import uuid
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.bootid import boot_id
+
 
 def controller_id():
     """This controller's registry, as host locks name it: a random ID kept in the registry
@@ -71,14 +73,6 @@ def registry_dir():
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise OSError("%s is not this user's own private directory: gpuhost keeps no run record there" % path)
     return path
-
-
-def boot_id():
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def start_time(pid):

@@ -61,16 +61,9 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import safe_dir
+from ansible_collections.gpuhost.stack.plugins.module_utils.bootid import boot_id
 
 RECORD_MAX = 65536      # a gpuhost lock record is a few hundred bytes: a bigger file is not one
-
-
-def boot_id():
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def read_lock(path):

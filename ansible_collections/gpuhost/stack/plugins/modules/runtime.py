@@ -52,6 +52,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import safe_dir
+from ansible_collections.gpuhost.stack.plugins.module_utils.bootid import boot_id
 
 BRACKETED = re.compile(r"\[([^\]]+)\]")
 
@@ -96,14 +97,6 @@ def file_changes(module, change):
 
 
 REFUSALS = "/var/lib/gpuhost/refused-writes.json"
-
-
-def boot_id():
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except (IOError, OSError):
-        return ""
 
 
 def remember_refusal(path, value, exc):

@@ -175,14 +175,10 @@ class BootProbe:
         unit = "proxmox-boot-cleanup.service"
         if not any(os.path.exists(self.p(d + "/" + unit)) for d in ("/lib/systemd/system", "/usr/lib/systemd/system")):
             return None
-        for cand in ("/usr/bin/systemctl", "/bin/systemctl"):
-            if os.path.exists(self.p(cand)):
-                rc, text, err = self.command([self.p(cand), "show", "-p", "ActiveState",
-                                              "-p", "InactiveExitTimestampMonotonic", unit])
-                props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-                since = props.get("InactiveExitTimestampMonotonic", "")
-                return props.get("ActiveState") == "active" and since.isdigit() and since != "0"
-        return None
+        active, started = self.unit_state(unit)
+        if active is None:
+            return None
+        return active == "active" and bool(started)
 
     def read_record(self, path):
         """A record gpuhost wrote on this host, trusted only as gpuhost writes it: a plain file

@@ -27,17 +27,6 @@ class FabricProbe:
         out = {"unit_file": unit, "active": None, "started_this_boot": None}
         if unit is None:
             return out
-        # the manager's own state, read and nothing started (systemctl show, org.freedesktop.
-        # systemd1(5)): ActiveState (active, activating, inactive, failed...), and
-        # InactiveExitTimestampMonotonic, 0 until the unit first left inactive this boot
-        for cand in ("/usr/bin/systemctl", "/bin/systemctl"):
-            if os.path.exists(self.p(cand)):
-                rc, text, err = self.command([self.p(cand), "show", "-p", "ActiveState",
-                                           "-p", "InactiveExitTimestampMonotonic", FM_UNIT])
-                props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-                state = props.get("ActiveState", "")
-                out["active"] = state if state.isalpha() else None
-                since = props.get("InactiveExitTimestampMonotonic", "")
-                out["started_this_boot"] = since != "0" if since.isdigit() else None
-                break
+        # the manager's own state, read and nothing started
+        out["active"], out["started_this_boot"] = self.unit_state(FM_UNIT)
         return out

@@ -52,6 +52,21 @@ class UnitsProbe:
             units[name] = self.effective_unit(name)
         return units
 
+    def unit_state(self, name):
+        """(ActiveState, whether it left inactive in this boot) of a unit, as systemd's manager
+        says (systemctl show, org.freedesktop.systemd1(5): InactiveExitTimestampMonotonic is 0
+        until the unit first leaves inactive in a boot); read, nothing started. (None, None)
+        without systemctl."""
+        for cand in ("/usr/bin/systemctl", "/bin/systemctl"):
+            if os.path.exists(self.p(cand)):
+                rc, text, err = self.command([self.p(cand), "show", "-p", "ActiveState",
+                                              "-p", "InactiveExitTimestampMonotonic", name])
+                props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+                state = props.get("ActiveState", "")
+                since = props.get("InactiveExitTimestampMonotonic", "")
+                return (state if state.isalpha() else None), (since != "0" if since.isdigit() else None)
+        return None, None
+
     def udev_rules(self):
         """The texts of the udev rules files udev reads (Probe.conf_files: a name in /etc
         shadowing the same name in /lib), read once for all the units asked about."""
