@@ -9,9 +9,9 @@ its own cycle is the container host's below). The switch host brings pcie.acs, t
 its GPUs' power data nvidia.power_limit, the GeForce pair nvidia.gpu_modes, the HGX H100 host
 nvidia.fabricmanager, and a Proxmox host whose container cannot start at boot (nothing makes
 /dev/nvidia-uvm) lxc.gpu_nodes with lxc.cpuset.
-(storage.zfs_arc's cycle runs at unit speed: the lab cannot show /proc/spl, as procfs takes
-no directory that its kernel did not make. cpu.governor's cycle on the Intel/GRUB host is
-test_paths' full cycle of that host, which finds, fixes, re-fixes, boots and audits it.)
+(storage.zfs_arc's lab cycle is the seed copy's with its ZFS root, in test_real_world_hosts;
+its branches run at unit speed. cpu.governor's cycle on the Intel/GRUB host is test_paths'
+full cycle of that host, which finds, fixes, re-fixes, boots and audits it.)
 """
 from __future__ import annotations
 

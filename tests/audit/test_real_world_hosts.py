@@ -20,7 +20,8 @@ def cycle(lab, host: str, inventory, found: dict[str, str], healthy: set[str] = 
     fix = gpuhost("fix", "-i", str(inventory), "--yes", "--reboot", "if-needed")
     assert fix.report is not None, fix.stderr
     after = fix.status(host)
-    assert set(after.values()) <= set(healthy), (after, fix.stderr[-2000:])
+    assert set(after.values()) <= set(healthy), ({c: fix.finding(host, c)["message"] for c, v in after.items()
+                                                  if v not in healthy}, fix.stderr[-2000:])
     disk, boot = lab.disk(host), boot_id(lab, host)
     again = gpuhost("fix", "-i", str(inventory), "--yes", "--reboot", "if-needed")
     assert again.changed(host) == set(), again.stderr
@@ -275,7 +276,7 @@ def test_a_bare_metal_mig_host_with_hotplug_slots_and_its_own_cuda_runtimes(make
 
 
 def test_the_seed_with_two_servers_on_one_node_gets_disjoint_cpu_sets(make_lab):
-    """Issue 37's seed copy: the fourth review's harm. Two serving containers with `cores: 24`
+    """Issue 37's seed copy, with its ZFS root and the installer's ARC limit: the fourth review's harm. Two serving containers with `cores: 24`
     on node 0's GPUs were both pinned to the same CPUs, for good (pvestatd never rebalances a
     fixed set). Now the full cycle, audit, fix through its reboot, a second fix that changes
     nothing, a boot, gives each 12 whole cores of node 0 that the other does not have, and
@@ -284,7 +285,7 @@ def test_the_seed_with_two_servers_on_one_node_gets_disjoint_cpu_sets(make_lab):
     host = "pve-gpu1-two"
     inventory = inventory_with(lab, {host: {"gpuhost_lxc_restart": True}})
     audit, fix, final = cycle(lab, host, inventory, {"lxc.cpuset": "drift", "lxc.gpu_passthrough": "drift",
-                                                     "nvidia.power_limit": "pass"})
+                                                     "nvidia.power_limit": "pass", "storage.zfs_arc": "drift"})
     assert fix.rc == 0, fix.stderr[-2000:]
     sets = {v: lxcconf.cpu_request(lab.out(host, f"cat /etc/pve/lxc/{v}.conf"))[0] for v in (129, 131)}
     assert sets == {129: "1-12,65-76", 131: "13-24,77-88"}, sets
@@ -292,3 +293,8 @@ def test_the_seed_with_two_servers_on_one_node_gets_disjoint_cpu_sets(make_lab):
     assert running == sets, running
     assert lxcconf.cpu_request(lab.out(host, "cat /etc/pve/lxc/130.conf")) == (None, 8), "a container without GPUs is left alone"
     assert final.status(host)["lxc.cpuset"] == "pass"
+    # the root is on ZFS: the ARC's limits come from the initramfs the fix built again, and the
+    # installer's 16 GiB limit is in effect now that the minimum is below it
+    assert lab.out(host, "cat /sys/module/zfs/parameters/zfs_arc_max") == "17179869184"
+    assert "c_max                           4    17179869184" in lab.out(host, "cat /proc/spl/kstat/zfs/arcstats")
+    assert final.status(host)["storage.zfs_arc"] == "pass"

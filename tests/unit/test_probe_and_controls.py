@@ -220,22 +220,6 @@ def test_zfs_arc_fix_edits_the_file_that_sets_the_limit_and_keeps_every_other_by
     assert f["fix"]["initramfs"] is True, "root=ZFS=: the module reads the initramfs' copy"
 
 
-def test_lab_up_refuses_a_zfs_host_in_one_line_before_it_starts_anything(tmp_path):
-    """A lab host's /proc is the machine's procfs, which takes no /proc/spl: `lab up` names the
-    spec and the reason, and leaves its directory unmade."""
-    import pytest
-    import scenarios
-    import yaml
-    from gpuhost.lab import manager
-
-    data = scenarios.merge(scenarios.BASE_HOST, {"zfs": {}, "hostname": "zfs-host"})
-    spec = tmp_path / "zfs-host.yml"
-    spec.write_text(yaml.safe_dump(data))
-    with pytest.raises(manager.LabError, match=r"^zfs-host: zfs: the lab cannot show /proc/spl/kstat/zfs") as err:
-        manager.up([str(spec)], tmp_path / "lab")
-    assert "\n" not in str(err.value) and not (tmp_path / "lab").exists()
-
-
 class _Started:
     """A tool run started early, as subprocess.Popen looks to the probe: answered by the scenario's model."""
 

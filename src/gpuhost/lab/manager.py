@@ -178,14 +178,6 @@ def up(spec_paths: list[str], directory: str | Path | None = None) -> Path:
         specs = load_specs(spec_paths)
     except SpecError as exc:
         raise LabError(str(exc)) from None
-    for spec in specs:
-        if getattr(spec, "zfs", None) is not None:
-            # procfs takes no directory its kernel did not make, so nothing can be bound at
-            # /proc/spl; nor can an overlay add one: proc_fill_super sets s_stack_depth to
-            # FILESYSTEM_MAX_STACK_DEPTH so that no filesystem stacks on procfs (fs/proc/root.c;
-            # overlayfs: "maximum fs stacking depth exceeded", tried on this machine's 6.18)
-            raise LabError(f"{spec.hostname}: zfs: the lab cannot show /proc/spl/kstat/zfs (a ZFS host is a "
-                           "scenario of tests/controls/storage.zfs_arc.yml, not a lab host)")
     layout = LabLayout(directory or default_dir())
     if layout.state_file.exists():
         names = ", ".join(h["name"] for h in json.loads(layout.state_file.read_text())["hosts"])

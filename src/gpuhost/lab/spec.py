@@ -385,8 +385,9 @@ class LxcContainer(_Strict):
 class Zfs(_Strict):
     """hostspec.md zfs: the zfs module loaded; *arc_max* is what /etc/modprobe.d/zfs.conf sets
     (bytes; None: no file, as hosts installed before PVE 8.1 have), *root* a root on ZFS (the
-    module then loads from the initramfs, with the modprobe.d files it was built with).
-    Scenarios only: `lab up` refuses it, since a lab host's procfs cannot hold /proc/spl."""
+    module then loads from the initramfs, with the modprobe.d files it was built with). In the
+    lab such a host's /proc is a tmpfs of the real procfs's entries with /proc/spl beside them
+    (shims/init-outer): procfs itself takes no directory its kernel did not make."""
     version: str = "2.2.7"
     arc_max: Optional[int] = Field(default=None, ge=0)
     root: bool = False
