@@ -142,6 +142,7 @@ class BootState:
     loader: str = "grub"
     cpuidle_driver: str | None = None   # None: the spec's
     offline: tuple[int, ...] = ()       # CPUs not brought up this boot
+    cpu_limit: int | None = None        # nr_cpus=N: the CPUs past N do not exist for this boot
     zfs: dict = field(default_factory=dict)     # the zfs module's parameters as this boot set them
     uvm: str = "absent"                 # nvidia-uvm this boot: absent | loaded (its major) | nodes (and /dev nodes)
     containers: dict = field(default_factory=dict)   # vmid -> {request, devices}: what its config asks at start
@@ -330,18 +331,29 @@ def cstates_for(spec: HostSpec, params: dict[str, str]) -> tuple[str, list[str]]
 X2APIC_LIMIT = 255
 
 
+def cpu_limit(params: dict[str, str]) -> int | None:
+    """nr_cpus=N: the kernel supports N CPUs (nr_cpu_ids); those past it are not possible, so
+    not present and not listed in `offline` either (print_cpus_offline lists CPUs at or past
+    nr_cpu_ids only where the architecture sets total_cpus, which x86 does not): they are
+    listed nowhere in /sys (kernel-parameters.txt, nr_cpus=)."""
+    value = params.get("nr_cpus")
+    return max(int(value), 1) if value is not None and value.isdigit() else None
+
+
 def offline_cpus(spec: HostSpec, params: dict[str, str]) -> tuple[int, ...]:
-    """CPUs this boot does not bring up: the spec's; those past maxcpus=N or nr_cpus=N
-    (kernel-parameters.txt; drivers/base/cpu.c print_cpus_offline lists both); and, with the
+    """CPUs this boot does not bring up: the spec's; those past maxcpus=N (possible and present,
+    never brought up: kernel-parameters.txt; drivers/base/cpu.c print_cpus_offline); and, with the
     IOMMU's interrupt remapping off (iommu=off, amd_iommu=off, intel_iommu=off) on a host of
     more than 255 CPUs, those past 255: no x2APIC without interrupt remapping, so an APIC ID
     of 255 or more is refused ("CPU 239 has invalid APIC ID ff" on a real 2x EPYC 9575F)."""
     n = spec.cpu.logical_cpus
     off = {c for c in spec.cpu.offline if 0 < c < n}
-    for key in ("maxcpus", "nr_cpus"):
-        value = params.get(key)
-        if value is not None and value.isdigit():
-            off |= set(range(max(int(value), 1), n))
+    value = params.get("maxcpus")
+    if value is not None and value.isdigit():
+        off |= set(range(max(int(value), 1), n))
+    limit = cpu_limit(params)
+    if limit is not None:
+        off = {c for c in off if c < limit}
     if n > X2APIC_LIMIT and (params.get("iommu") == "off" or params.get("amd_iommu") == "off"
                              or params.get("intel_iommu") == "off"):
         off |= set(range(X2APIC_LIMIT, n))
@@ -647,6 +659,7 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
         consumed_next_boot_pin=once,
         loader=spec.boot.loader,
         offline=offline_cpus(spec, params),
+        cpu_limit=cpu_limit(params),
         zfs=zfs_params_at_boot(spec, root, release, params),
         uvm=uvm_at_boot(spec, root, loaded),
         containers=container_requests(spec, root),

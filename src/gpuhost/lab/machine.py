@@ -81,7 +81,8 @@ class Machine:
         self.boot = boot
         self.on_reboot = on_reboot
         self.on_container_restart = on_container_restart
-        self.cpus = topology(spec)
+        # nr_cpus=N: the kernel knows N CPUs, the rest are nowhere (kernel.cpu_limit)
+        self.cpus = [t for t in topology(spec) if boot.cpu_limit is None or t.cpu < boot.cpu_limit]
         self.btime = int(time.time()) + 1
         self.driver = boot.cpufreq_driver
         self.status = boot.amd_pstate_status
@@ -231,7 +232,8 @@ class Machine:
 
     def _render_cpus(self, t: Tree) -> None:
         n = len(self.cpus)
-        slots = list(range(n, n + self.spec.cpu.hotplug_slots))
+        # the firmware's hotplug slots are possible CPUs too, within nr_cpus= where it is given
+        slots = [] if self.boot.cpu_limit is not None else list(range(n, n + self.spec.cpu.hotplug_slots))
         off = set(self.boot.offline)
         t.attr(f"{CPU}/possible", text(cpulist(list(range(n)) + slots)))
         t.attr(f"{CPU}/present", text(cpulist(list(range(n)))))

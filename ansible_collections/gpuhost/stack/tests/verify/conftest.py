@@ -131,6 +131,7 @@ HOST_LEVEL = (
     "test -e /etc/pve/lxc",
     "cat -- /sys/devices/system/cpu/offline",
     "cat -- /sys/devices/system/cpu/present",
+    "cat -- /sys/devices/system/cpu/possible",
     "cat -- /proc/sys/kernel/osrelease",
     "ls /sys/class/iommu 2>/dev/null",
     "ls /sys/block",

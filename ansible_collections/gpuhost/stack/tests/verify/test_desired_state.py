@@ -142,6 +142,11 @@ def test_cpu_online(view: View):
     smt = view.host.run("cat /sys/devices/system/cpu/smt/control 2>/dev/null").stdout.strip()
     # SMT siblings of an operator who turned SMT off are the one reason a CPU may be down
     assert not lost or smt in ("off", "forceoff"), f"CPUs {lost} are offline"
+    # nr_cpus=N caps the kernel: CPUs past N are listed nowhere, so a kernel that knows exactly
+    # N may be missing some (kernel-parameters.txt, nr_cpus=)
+    cap = re.search(r"(?:^|\s)nr_cpus=(\d+)(?:\s|$)", view.read("/proc/cmdline") or "")
+    possible = _cpus(view.host.file("/sys/devices/system/cpu/possible").content_string)
+    assert not cap or len(possible) < int(cap.group(1)), f"nr_cpus={cap.group(1)} caps the kernel at the CPUs it knows"
 
 
 def _cpus(text: str) -> set[int]:

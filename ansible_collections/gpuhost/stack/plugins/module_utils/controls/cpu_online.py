@@ -16,9 +16,10 @@ CONTROL = Control(
     references=("Documentation/ABI/testing/sysfs-devices-system-cpu: offline, present, smt/control",
                 "kernel-parameters.txt: maxcpus=, nr_cpus=, iommu=", "drivers/base/cpu.c: print_cpus_offline",
                 "arch/x86: x2APIC needs interrupt remapping (the IOMMU)"),
-    passes=("no CPU offline (`/sys/devices/system/cpu/offline` empty), except SMT siblings the operator turned off "
-            "(`smt/control` off or forceoff); manual naming the CPUs and the cause the host shows (`maxcpus=`, "
-            "`nr_cpus=`, or `iommu=off` with more than 255 CPUs)"),
+    passes=("no present CPU offline (`/sys/devices/system/cpu/offline` less the firmware's hotplug slots, which are "
+            "not present), except SMT siblings the operator turned off (`smt/control` off or forceoff); manual naming "
+            "the CPUs and the cause the host shows (`maxcpus=`, or `iommu=off` with more than 255 CPUs), and where "
+            "`nr_cpus=N` caps the kernel at exactly the N CPUs it knows (the rest are listed nowhere)"),
     repair="manual: drop the command-line limit, keep the IOMMU on (iommu=pt), or bring CPUs online by hand",
     facts=("cpu", "boot"),
 )
@@ -56,6 +57,15 @@ def judge(h: Host) -> Finding:
     total = len(present) if present else max(cpu.get("present") or 0, max(offline) + 1 if offline else 0)
     observed = f"{len(offline)} of {total} CPUs offline" + (f" ({_cpus(offline)})" if offline else "") + (
         f"; {len(slots)} hotplug slots (possible, not present)" if slots else "")
+    # nr_cpus=N caps nr_cpu_ids: a CPU past N is not even possible, so `offline` and `present`
+    # do not list it (print_cpus_offline shows CPUs past nr_cpu_ids only where the architecture
+    # sets total_cpus, which x86 does not). Where the kernel knows exactly N, the cap decides
+    limit = str(h.live.get("nr_cpus") or "")
+    if limit.isdigit() and cpu.get("possible") and cpu["possible"] >= int(limit) and not offline:
+        return Finding(cid, "manual", f"nr_cpus={limit}, {cpu['possible']} CPUs known to the kernel", "every CPU online",
+                       f"nr_cpus={limit} on the kernel command line caps this kernel at {limit} CPUs and it knows "
+                       f"{cpu['possible']}: any CPU the host has past them is ignored at boot and listed nowhere in "
+                       "/sys; drop nr_cpus= unless the host has no more CPUs")
     if not offline:
         return Finding(cid, "pass", observed, "every CPU online", f"{total} CPUs online")
     if cpu.get("smt_control") in ("off", "forceoff"):

@@ -39,6 +39,7 @@ class CpuProbe:
                 "offline": parse_cpulist(self.read1("/sys/devices/system/cpu/offline", "") or ""),
                 "present": len(parse_cpulist(self.read1("/sys/devices/system/cpu/present", "") or "")),
                 "present_cpus": parse_cpulist(self.read1("/sys/devices/system/cpu/present", "") or ""),
+                "possible": len(parse_cpulist(self.read1("/sys/devices/system/cpu/possible", "") or "")),
                 "smt_control": self.read1("/sys/devices/system/cpu/smt/control")}
 
     def probe_cpufreq(self):
