@@ -298,3 +298,31 @@ def test_the_seed_with_two_servers_on_one_node_gets_disjoint_cpu_sets(make_lab):
     assert lab.out(host, "cat /sys/module/zfs/parameters/zfs_arc_max") == "17179869184"
     assert "c_max                           4    17179869184" in lab.out(host, "cat /proc/spl/kstat/zfs/arcstats")
     assert final.status(host)["storage.zfs_arc"] == "pass"
+
+
+def test_a_kernel_held_back_by_grubs_own_default_is_never_installed_again(make_lab, tmp_path):
+    """The fourth review: a kernel of the minimum is installed with its module, but GRUB_DEFAULT
+    names the older entry (the operator's choice): kernel.version was drift whose install
+    changed nothing at every run. Now `fix` three times: each says it is manual, and none
+    installs, changes, fails or reboots anything."""
+    import yaml
+
+    old, new = "6.1.0-26-amd64", "6.12.9+bpo-amd64"
+    spec = yaml.safe_load((SPECS / "intel-grub.yml").read_text())
+    uuid = spec["boot"]["cmdline"].split("root=UUID=")[1].split()[0]
+    spec["kernel"]["installed"] = [old, new]
+    spec["boot"]["grub_default"] = f'"gnulinux-advanced-{uuid}>gnulinux-{old}-advanced-{uuid}"'
+    (tmp_path / "held.yml").write_text(yaml.safe_dump(spec))
+    lab = make_lab(tmp_path / "held.yml")
+    host = "intel-grub"
+    assert lab.out(host, "uname -r") == old
+    inventory = inventory_with(lab, {host: {"gpuhost_kernel_min_version": "6.12"}})
+    boot, disk = boot_id(lab, host), lab.disk(host)
+    for _ in range(3):
+        run = gpuhost("fix", "-i", str(inventory), "--controls", "kernel.version,kernel.reboot_pending", "--yes",
+                      "--reboot", "if-needed")
+        f = run.finding(host, "kernel.version")
+        assert f["status"] == "manual" and f"{new} is installed with the NVIDIA module" in f["message"], f
+        assert run.status(host)["kernel.reboot_pending"] == "pass"
+        assert run.rc == 2 and run.changed(host) == set(), run.stderr[-2000:]
+        assert boot_id(lab, host) == boot and lab.disk(host) == disk
