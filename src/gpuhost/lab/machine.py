@@ -136,7 +136,7 @@ class Machine:
         self.mig_instances = {g.bdf: (g.mig_instances if first_boot else 0) for g in gpus}
         for command in [] if first_boot else boot.units:
             self._create_mig_instances(shlex.split(command))
-        self.mig_instances = {bdf: (n if (self.modes[bdf]["mig"] or ["Disabled"])[0] == "Enabled" else 0)
+        self.mig_instances = {bdf: (n if self._mig_on(bdf) else 0)
                               for bdf, n in self.mig_instances.items()}
         self.config: dict[str, tuple[bytearray, bytearray]] = {}
         bus_range = self._bus_ranges()
@@ -867,6 +867,10 @@ class Machine:
         pair[1] = state
         self.nvram[target][mode] = state
 
+    def _mig_on(self, bdf: str) -> bool:
+        """The GPU's MIG mode is on now (current, not pending)."""
+        return (self.modes[bdf]["mig"] or ["Disabled"])[0] == "Enabled"
+
     def _create_mig_instances(self, argv: list[str]) -> None:
         """What `nvidia-smi [-i ID] mig -cgi P1,P2,...` leaves: the lab's GPU holds that many
         GPU instances (up to seven), on each chosen GPU whose MIG mode is on."""
@@ -877,7 +881,7 @@ class Machine:
         for i, g in enumerate(self.spec.nvidia.gpus if self.spec.nvidia else []):
             if gpu is not None and gpu not in (str(i), g.uuid, "0000" + g.bdf.upper(), g.bdf):
                 continue
-            if (self.modes[g.bdf]["mig"] or ["Disabled"])[0] == "Enabled":
+            if self._mig_on(g.bdf):
                 self.mig_instances[g.bdf] = min(shimlib.MIG_MAX_INSTANCES, count)
 
     def _write_mig_instances(self, value: bytes) -> None:
@@ -887,7 +891,7 @@ class Machine:
             raise einval()
         if not self.boot.nvidia_loaded:
             raise OSError(errno.ENODEV, "No such device")
-        if (self.modes[target]["mig"] or ["Disabled"])[0] != "Enabled":
+        if not self._mig_on(target):
             raise OSError(errno.EOPNOTSUPP, "Operation not supported")
         self.mig_instances[target] = min(shimlib.MIG_MAX_INSTANCES, int(count))
 

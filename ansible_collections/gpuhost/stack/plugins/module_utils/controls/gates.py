@@ -3,6 +3,7 @@ GPU driver, no second reboot for the same finding, no unit the administrator mas
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kernels import next_kernel_without_module, unfinished_refresh
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Finding, Host
@@ -90,7 +91,6 @@ def respect_refusals(h: Host, finding: Finding) -> None:
     the finding is manual, naming the refusal, until a boot, when it is tried again."""
     fix = finding.fix if isinstance(finding.fix, dict) else {}
     refused = (h.boot.get("refused_writes") or {}) if isinstance(h.boot, dict) else {}
-    import fnmatch
     hit = []
     for c in fix.get("runtime") or []:
         if not isinstance(c, dict):

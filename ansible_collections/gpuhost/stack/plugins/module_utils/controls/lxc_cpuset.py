@@ -123,10 +123,6 @@ def choose(n: int, per_node: dict[int, int], topo: dict, taken: frozenset[int] =
     return sorted(c for node in sorted(share) for g in by_node[node][:share[node]] for c in g)
 
 
-def numa_nodes_with_cpus(topo: dict) -> list[int]:
-    return sorted(int(k) for k, v in (topo.get("nodes") or {}).items() if parse_cpulist(v))
-
-
 def holders(cpus: set[int], held: dict[str, set[int]], but: str) -> list[str]:
     """The other GPU containers whose sets share a CPU with *cpus*, as "130 (CPUs 0-3)"."""
     return [f"{vmid} (CPUs {cpulist(mine & cpus)})" for vmid, mine in sorted(held.items(), key=lambda kv: int(kv[0]))
@@ -146,18 +142,16 @@ def judge(h: Host) -> Finding:
     running = lxc.get("cpusets") or {}
     restart_ok = flag(h.s.get("lxc_restart"), False)
     node_cpus = {int(k): set(parse_cpulist(v)) for k, v in (topo.get("nodes") or {}).items()}
-    one_node = len(numa_nodes_with_cpus(topo)) <= 1
-    wanted = []                                 # (vmid, config, passthrough) of each container given GPUs
+    one_node = sum(1 for cpus in node_cpus.values() if cpus) <= 1
+    wanted = []                                 # (vmid, passthrough, raw set, cores) of each container given GPUs
     for vmid, text in sorted((lxc.get("configs") or {}).items(), key=lambda kv: int(kv[0])):
         pt = lxcconf.inspect(vmid, text or "")
         if pt.gives_gpus:
-            wanted.append((vmid, text or "", pt))
+            wanted.append((vmid, pt) + lxcconf.cpu_request(text or ""))
     # the CPUs each GPU container holds for good (its raw set) or is given in this run
-    held = {vmid: set(parse_cpulist(cpuset)) for vmid, text, _ in wanted
-            for cpuset in [lxcconf.cpu_request(text)[0]] if cpuset is not None}
+    held = {vmid: set(parse_cpulist(cpuset)) for vmid, _, cpuset, _ in wanted if cpuset is not None}
     edits, restarts, drift, manual, good = [], [], [], [], []
-    for vmid, text, pt in wanted:
-        cpuset, cores = lxcconf.cpu_request(text)
+    for vmid, pt, cpuset, cores in wanted:
         per_node, unknown = gpu_nodes(pt, nv, h.pci)
         if cpuset is not None:
             cpus = held[vmid]

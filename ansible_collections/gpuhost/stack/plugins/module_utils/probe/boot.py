@@ -52,6 +52,7 @@ class BootProbe:
         headers = [k for k in installed if os.path.isdir(self.p("/usr/src/linux-headers-" + k))
                    or os.path.isdir(self.p("/lib/modules/%s/build" % k))]
         configs = dict((k, self.kernel_config(k)) for k in set(filter(None, [running, default])))
+        boot_id = self.read1("/proc/sys/kernel/random/boot_id")
         m = re.search(r"^btime (\d+)", self.read("/proc/stat") or "", re.M)
         sources = ["/etc/kernel/cmdline"] if loader == "systemd-boot" else \
             ["/etc/default/grub"] + [self.rel(p) for p in self.glob("/etc/default/grub.d/*.cfg")]
@@ -74,7 +75,7 @@ class BootProbe:
                 # gpuhost's own GRUB_DEFAULT pin (kernel.version, hosts without proxmox-boot-tool)
                 "gpuhost_grub_pin": os.path.exists(self.p("/etc/default/grub.d/zz-gpuhost-kernel-pin.cfg")),
                 "kernels_with_headers": headers, "grub_default": grub_default,
-                "last_reboot": self.last_reboot(), "unfinished_refresh": self.unfinished_refresh(), "boot_id": self.read1("/proc/sys/kernel/random/boot_id"),
+                "last_reboot": self.last_reboot(), "unfinished_refresh": self.unfinished_refresh(), "boot_id": boot_id,
                 "default_governor": dict((k, c[0]) for k, c in configs.items()),
                 "amd_pstate_default_mode": dict((k, c[1]) for k, c in configs.items()),
                 "nvidia_module_for": dict((k, self.nvidia_module_built(k)) for k in installed),
@@ -82,7 +83,7 @@ class BootProbe:
                 "untrusted_records": list(getattr(self, "untrusted_records", [])),
                 # asked of systemd only where it matters: this boot runs another kernel than the next
                 "next_boot_pin_consumed": self.next_boot_pin_consumed() if default and running != default else None,
-                "refused_writes": self.refused_writes()}
+                "refused_writes": self.refused_writes(boot_id)}
 
     def detect_loader(self, cmdline):
         """Which boot loader reads which file (pve-docs system-booting; proxmox-kernel-helper).
@@ -150,9 +151,9 @@ class BootProbe:
             data = None
         return dict((k, str(v)) for k, v in data.items()) if isinstance(data, dict) else {"since": "?"}
 
-    def refused_writes(self):
+    def refused_writes(self, bid):
         """The runtime writes the kernel refused at gpuhost's fixes in this boot (the runtime
-        module's record, trusted only as it writes it): {path: {value, error}}. A refusal lasts
+        module's record, trusted only as it writes it) in the boot *bid*: {path: {value, error}}. A refusal lasts
         until a boot, where what it depended on (the firmware's settings, the driver) may have
         changed."""
         text = self.read_record("/var/lib/gpuhost/refused-writes.json")
@@ -160,7 +161,6 @@ class BootProbe:
             data = json.loads(text) if text else {}
         except ValueError:
             return {}
-        bid = self.read1("/proc/sys/kernel/random/boot_id")
         return dict((k, {"value": str(v.get("value")), "error": str(v.get("error"))})
                     for k, v in (data.items() if isinstance(data, dict) else [])
                     if isinstance(v, dict) and v.get("boot_id") == bid)

@@ -159,15 +159,15 @@ class DevicesProbe:
             out["no_devices"] = True
         if any(g["modes"]["mig"] for g in out["gpus"]):
             out["mig_boot_units"] = self.mig_boot_units()
-        if any((g["modes"]["mig"] or [None])[0] == "Enabled" for g in out["gpus"]):
+        mig_on = [g for g in out["gpus"] if (g["modes"]["mig"] or [None])[0] == "Enabled"]
+        if mig_on:
             # MIG mode survives a reboot, its GPU instances do not (NVIDIA MIG User Guide):
             # how many each MIG GPU has now, and whether anything creates them at boot
             rc, text, err = self.command([self.p(smi), "mig", "-lgi"])
             counts, why = parse_mig_lgi(rc, text + err)
             out["mig_error"] = why
-            for g in out["gpus"]:
-                if (g["modes"]["mig"] or [None])[0] == "Enabled":
-                    g["mig_instances"] = None if counts is None else counts.get(g["index"], 0)
+            for g in mig_on:
+                g["mig_instances"] = None if counts is None else counts.get(g["index"], 0)
         if len(out["gpus"]) >= 2:
             # peer-to-peer as the driver sees it, one read per direction (NCCL's troubleshooting
             # guide asks for it): a GPU x GPU matrix of the legend's codes
@@ -186,16 +186,9 @@ class DevicesProbe:
         """The enabled units whose ExecStart creates GPU instances at boot: mig-parted's
         nvidia-mig-manager.service (its service.sh), nvidia-mig-parted apply, or nvidia-smi mig
         -cgi. Read as systemd reads them (effective_unit); nothing is run."""
-        found = []
-        for d in ("/etc/systemd/system",):
-            for link in self.glob(d + "/*.target.wants/*.service"):
-                name = os.path.basename(link)
-                if name in found:
-                    continue
-                unit = self.effective_unit(name)
-                if any(MIG_CREATES.search(cmd or "") for cmd in unit.get("exec_start") or []):
-                    found.append(name)
-        return sorted(found)
+        names = {os.path.basename(link) for link in self.glob("/etc/systemd/system/*.target.wants/*.service")}
+        return sorted(name for name in names if any(MIG_CREATES.search(cmd or "")
+                                                    for cmd in self.effective_unit(name).get("exec_start") or []))
 
     def probe_kernel_log(self):
         """The NVIDIA driver's Xids in this boot's kernel log (/dev/kmsg: root, or CAP_SYSLOG),
@@ -348,8 +341,9 @@ def smi_fabric(row):
 XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\): (\d+),\s*(.*)")
 # what the driver logs once per GPU object, just before that object's first Xid
 # (src/nvidia/src/kernel/gpu/rc/kernel_rc.c, _krcLogUuidOnce: "NVRM: GPU at PCI:%04x:%02x:%02x: %s",
-# the UUID). The object is made anew when the GPU is attached again (a GPU reset, a driver
-# reload), so a second such line for a GPU means every Xid before it came before that reset.
+# the UUID). The object is made anew when the GPU is attached again: at a GPU reset or a driver
+# reload, and, without persistence mode, whenever its last client closes and the next opens
+# (health.gpu takes a second line as a reset only on a GPU in persistence mode).
 GPU_AT = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}): (GPU-[0-9a-fA-F-]+)")
 XID_KEPT = 256          # distinct (GPU, Xid, attach) entries kept; the kernel's buffer bounds the rest
 
