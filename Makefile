@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PYTHON ?= /usr/bin/python3
 BIN := $(VENV)/bin
-SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo chromium-headless-shell
+SYSTEM_PACKAGES := openssh-server pciutils fuse3 python3-venv sudo chromium-headless-shell gcc libc6-dev
 # without their recommends: grub-common's os-prober would probe this machine's disks
 BARE_PACKAGES := grub-common grub2-common
 LAB_DEBS := /var/cache/gpuhost-lab

@@ -148,6 +148,12 @@ def mrrs(cfg: bytes) -> int:
     return CODE_SIZE.get((devctl >> 12) & 0x7, 0)
 
 
+def mps(cfg: bytes) -> int:
+    """The Max Payload Size the Device Control register sets (bits 7:5)."""
+    devctl = struct.unpack_from("<H", cfg, CAP_EXP + EXP_DEVCTL)[0]
+    return CODE_SIZE.get((devctl >> 5) & 0x7, 0)
+
+
 def acs_ctrl(cfg: bytes) -> int | None:
     if len(cfg) <= ECAP_ACS or struct.unpack_from("<H", cfg, ECAP_ACS)[0] != 0x000D:
         return None

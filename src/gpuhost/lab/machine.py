@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import configspace
+from . import configspace, cudamodel
 from .kernel import EPP_CHOICES, BootState, boost_files, default_governor, governors_for
 from .shims import shimlib
 from .spec import GuestSpec, HostSpec, PciDevice
@@ -529,6 +529,8 @@ class Machine:
             # proxmox-boot-cleanup.service ran this boot (its condition, /etc/kernel/next-boot-pin, held)
             "cleanup": self.boot.consumed_next_boot_pin}) + "\n").encode())
         t.attr("ctl/nvidia.json", lambda: (json.dumps(self.nvidia_view(self.spec.nvidia.userspace if self.spec.nvidia else None)) + "\n").encode())
+        # what the lab's libcuda.so.1 times each operation by, from the state at each read
+        t.attr("ctl/cuda-model", lambda: cudamodel.model_text(self).encode())
         t.attr("ctl/nvidia-persistence", lambda: text(json.dumps(self.persistence)), self._write_persistence)
         t.attr("ctl/nvidia-uvm", lambda: text(self.uvm), self._write_uvm)
         t.attr("ctl/fabricmanager", lambda: text("running" if self.fabric_managed else "stopped"), self._write_fabricmanager)

@@ -7,6 +7,7 @@ that would make the host contact the network or start the machine's own services
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
 import json
@@ -176,6 +177,11 @@ def install_shims(root: Path, spec: AnySpec) -> None:
         _sync(src / name, root / dest, 0o755)
     # Python's view of the kernel release (the system Python's site-packages runs .pth lines)
     _install_site_hook(root, "gpuhost_lab_uname")
+    if nvidia and not spec.is_guest:
+        # the driver's library, answering from the lab's model, and the host's CPUs for
+        # the threads that place themselves to measure through it
+        _sync(lab_libcuda(), root / LIBCUDA, 0o644)
+        _install_site_hook(root, "gpuhost_lab_sched")
     install_bytecode_cache(root, bytecode_cache() is not None)
 
 
@@ -184,6 +190,32 @@ PROXMOX_BOOT_CLEANUP = ("[Unit]\nAfter=systemd-remount-fs.service\nConditionPath
                         "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
                         "ExecStart=/usr/sbin/proxmox-boot-tool kernel unpin --next-boot\n"
                         "ExecStart=/usr/sbin/proxmox-boot-tool refresh\n\n[Install]\nWantedBy=multi-user.target\n")
+
+
+# where Debian's libcuda1 (and NVIDIA's .run installer) puts the driver's library
+LIBCUDA = "usr/lib/x86_64-linux-gnu/libcuda.so.1"
+
+
+def lab_libcuda() -> Path:
+    """The lab's libcuda.so.1, built from libcuda/libcuda.c with the machine's C compiler
+    once per version of that source (kept in the user's cache, shared by every lab)."""
+    source = Path(__file__).parent / "libcuda" / "libcuda.c"
+    text = source.read_bytes()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuhost"
+    built = cache / f"libcuda-{hashlib.sha256(text).hexdigest()[:16]}.so.1"
+    if built.is_file():
+        return built
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = built.with_name(f"{built.name}.{os.getpid()}.tmp")
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("the lab's libcuda.so.1 needs a C compiler: apt install gcc")
+    proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp), str(source),
+                           "-lm", "-lpthread"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the lab's libcuda.so.1 failed: {proc.stderr.strip()[:300]}")
+    os.replace(tmp, built)
+    return built
 
 
 def _install_site_hook(root: Path, name: str) -> Path:

@@ -294,6 +294,9 @@ class Gpu(_Strict):
     # every boot ("the created MIG devices are not persistent across system reboots", NVIDIA
     # MIG User Guide) unless an enabled unit creates them (nvidia-smi mig -cgi ...)
     mig_instances: int = Field(default=0, ge=0, le=7)
+    # a driver call that fails on this GPU in the lab's libcuda.so.1, as "<call> <CUresult>"
+    # (cuda.h's code): a GPU that fails mid-measurement
+    cuda_fail: Optional[str] = Field(default=None, pattern=r"^cu[A-Za-z0-9_]+ [0-9]+$")
 
     @property
     def aperture_mib(self) -> int:

@@ -1,0 +1,494 @@
+# -*- coding: utf-8 -*-
+"""What a GPU host delivers on each path inference uses, measured on the host through the
+driver's own library (issue 38, "Prove it"). Read-only: it changes no setting.
+
+Paths, per GPU, each from CPUs this process may run on (inside a container: its CPU set):
+  host_to_gpu, gpu_to_host   pinned-memory copies from a CPU on the GPU's NUMA node
+                             (numa "local") and from one on the farthest other node ("remote")
+  launch, launch_sync        an empty kernel's launch, and launch plus synchronize, from a
+                             CPU on the GPU's node (the path the CPU driver, governor, boost
+                             and idle states move), in microseconds
+  gpu_memory                 a copy inside the GPU's memory, read plus written bytes
+  gpu_to_gpu                 every pair: bandwidth and a 4-byte copy's latency, with peer
+                             access where the driver allows it, else through the host ("via")
+  host_to_all_gpus           every GPU at once from its own node's memory: the sum a root
+                             complex or a socket gives
+
+Each is warmed up once, then timed ``repeats`` times with the driver's events (wall clock for
+the launch paths, which are CPU time); the samples come back, the verdict is the controller's
+(module_utils/pathproof.py). Bounds: a GPU some process uses, or one busier than
+``busy_percent``, is refused unless ``force``; ``time_limit`` seconds in all, what is left
+then is reported as not measured; pinned host memory at most two copy buffers a GPU (512 MiB a
+buffer at most), every buffer and context given back on every way out.
+
+Standard library only (Python 3.7+).
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ctypes
+import os
+import subprocess
+import time
+
+from ansible_collections.gpuhost.stack.plugins.module_utils import cudadrv as cu
+from ansible_collections.gpuhost.stack.plugins.module_utils.cpulist import parse_cpulist
+
+MIB = 1 << 20
+DEFAULT_BYTES = 256 * MIB
+MAX_BYTES = 512 * MIB           # two pinned buffers a GPU at most: 1 GiB, the issue's bound
+MIN_REPEATS = 5
+LATENCY_BYTES = 4
+LAUNCHES = 100                  # launches a timed repeat of the launch paths
+
+
+class Interrupted(Exception):
+    """A signal arrived mid-measurement; what was allocated is given back on the way out."""
+
+
+class OutOfTime(Exception):
+    pass
+
+
+# ---- the host's CPUs and GPUs as Linux shows them -------------------------------------------------
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def node_cpus(sysfs="/sys", allowed=None):
+    """{node: [CPUs]} of the CPUs this process may run on (its affinity: a container's CPU
+    set), by /sys/devices/system/node/node<N>/cpulist; nodes with none of them left out."""
+    allowed = set(os.sched_getaffinity(0) if allowed is None else allowed)
+    base = os.path.join(sysfs, "devices/system/node")
+    out = {}
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        if name.startswith("node") and name[4:].isdigit():
+            cpus = sorted(set(parse_cpulist(read(os.path.join(base, name, "cpulist")) or "")) & allowed)
+            if cpus:
+                out[int(name[4:])] = cpus
+    if not out:
+        out[0] = sorted(allowed)        # no NUMA information: one node
+    return out
+
+
+def node_distances(sysfs, node):
+    text = read(os.path.join(sysfs, "devices/system/node/node%d/distance" % node)) or ""
+    return [int(x) for x in text.split() if x.isdigit()]
+
+
+def gpu_node(sysfs, bus_id):
+    """The GPU's NUMA node (the PCI device's numa_node), or None where the firmware gives
+    none (-1)."""
+    text = read(os.path.join(sysfs, "bus/pci/devices", bus_id.lower(), "numa_node"))
+    try:
+        node = int(text)
+    except (TypeError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+def farthest_node(sysfs, node, nodes):
+    """The other node (with CPUs this process may use) farthest from *node*: a CPU on it is
+    the worst a misplaced thread sees. None where there is no other."""
+    others = [n for n in nodes if n != node]
+    if not others:
+        return None
+    dist = node_distances(sysfs, node) if node is not None else []
+    return max(others, key=lambda n: (dist[n] if n < len(dist) else 0, -n))
+
+
+def busy_gpus(run=subprocess.run, threshold=5):
+    """{bus id (lower case, 4-digit domain): why it counts as in use} from nvidia-smi: any
+    compute process on it, or utilisation above *threshold* percent. Raises OSError or
+    ValueError where nvidia-smi cannot say."""
+    def query(args):
+        proc = run(["nvidia-smi"] + args + ["--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+        if proc.returncode != 0:
+            raise ValueError("nvidia-smi %s exited %d: %s" % (args[0], proc.returncode,
+                                                              (proc.stderr or proc.stdout).strip()[:200]))
+        return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
+
+    def bus(text):
+        return text.lower()[-12:]           # nvidia-smi prints 00000000:01:00.0
+
+    out = {}
+    for row in query(["--query-compute-apps=gpu_bus_id,pid,process_name"]):
+        if len(row) >= 2 and "no running" not in row[0].lower():
+            out.setdefault(bus(row[0]), "process %s (%s) uses it" % (row[1], row[2] if len(row) > 2 else "?"))
+    for row in query(["--query-gpu=pci.bus_id,utilization.gpu"]):
+        if len(row) == 2 and row[1].isdigit() and int(row[1]) > threshold:
+            out.setdefault(bus(row[0]), "it is %s%% busy" % row[1])
+    return out
+
+
+# ---- resources: everything allocated is recorded, and freed in reverse ---------------------------
+class Held:
+    def __init__(self, drv):
+        self.drv = drv
+        self.items = []
+        self.pinned = 0
+        self.pinned_peak = 0
+        self.release_errors = []
+
+    def keep(self, free_call, handle, pinned=0):
+        self.items.append((free_call, handle, pinned))
+        self.pinned += pinned
+        self.pinned_peak = max(self.pinned_peak, self.pinned)
+        return handle
+
+    def free(self, handle):
+        for i in range(len(self.items) - 1, -1, -1):
+            if self.items[i][1] is handle or self.items[i][1] == handle:
+                call, h, pinned = self.items.pop(i)
+                self.pinned -= pinned
+                self._release(call, h)
+                return
+
+    def _release(self, call, handle):
+        name, ctx = call
+        try:
+            if ctx is not None:         # a context's resources are freed with it current
+                self.drv.call("cuCtxSetCurrent", ctx)
+            self.drv.call(name, handle)
+        except cu.CudaError as exc:
+            self.release_errors.append(str(exc))
+
+    def close(self):
+        while self.items:
+            call, handle, pinned = self.items.pop()
+            self.pinned -= pinned
+            self._release(call, handle)
+
+
+class Gpu:
+    def __init__(self, index, dev, bus_id, name, node):
+        self.index, self.dev, self.bus_id, self.name, self.node = index, dev, bus_id, name, node
+        self.ctx = self.stream = self.start = self.end = None
+        self.refused = None
+        self.forced = None
+        self.error = None           # the first failed call: the GPU's later paths are that error too
+        self.local_host = None      # its node's pinned buffer, kept for host_to_all_gpus
+        self.buf = None             # device buffer of the copy size
+
+
+class Measurement:
+    def __init__(self, drv, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_limit=60.0, sysfs="/sys",
+                 clock=time.monotonic):
+        self.drv, self.repeats, self.nbytes, self.sysfs = drv, repeats, nbytes, sysfs
+        self.clock = clock
+        self.deadline = clock() + time_limit
+        self.time_limit = time_limit
+        self.held = Held(drv)
+        self.paths = []
+        self.gpus = []
+        self.out_of_time = False
+
+    # ---- placement ---------------------------------------------------------------------------
+    @staticmethod
+    def on_cpus(cpus):
+        """Run this thread on *cpus* (a context manager that puts the old set back)."""
+        class Pin:
+            def __enter__(self):
+                self.old = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, cpus)
+
+            def __exit__(self, *exc):
+                os.sched_setaffinity(0, self.old)
+                return False
+        return Pin()
+
+    def check_time(self):
+        if self.clock() > self.deadline:
+            self.out_of_time = True
+            raise OutOfTime("not measured: the time bound (%g s) was reached" % self.time_limit)
+
+    # ---- driver set-up ---------------------------------------------------------------------------
+    def open_gpus(self, wanted=None):
+        drv = self.drv
+        drv.call("cuInit", 0)
+        count = drv.out("cuDeviceGetCount", ctypes.c_int)
+        for i in range(count):
+            dev = drv.out("cuDeviceGet", ctypes.c_int, i)
+            bus_id = drv.text("cuDeviceGetPCIBusId", dev, 32).lower()
+            name = drv.text("cuDeviceGetName", dev, 256)
+            if wanted and str(i) not in wanted and bus_id not in wanted and bus_id[5:] not in wanted:
+                continue
+            self.gpus.append(Gpu(i, dev, bus_id, name, gpu_node(self.sysfs, bus_id)))
+        return count
+
+    def attach(self, gpu):
+        drv = self.drv
+        ctx = drv.out("cuDevicePrimaryCtxRetain", ctypes.c_void_p, gpu.dev)
+        self.held.keep(("cuDevicePrimaryCtxRelease_v2", None), gpu.dev)    # the release takes the device
+        gpu.ctx = ctx
+        drv.call("cuCtxSetCurrent", ctx)
+        gpu.stream = self.held.keep(("cuStreamDestroy_v2", ctx),
+                                    drv.out("cuStreamCreate", ctypes.c_void_p, cu.CU_STREAM_NON_BLOCKING))
+        gpu.start = self.held.keep(("cuEventDestroy_v2", ctx), drv.out("cuEventCreate", ctypes.c_void_p, cu.CU_EVENT_DEFAULT))
+        gpu.end = self.held.keep(("cuEventDestroy_v2", ctx), drv.out("cuEventCreate", ctypes.c_void_p, cu.CU_EVENT_DEFAULT))
+
+    def host_buffer(self, gpu, nbytes):
+        self.drv.call("cuCtxSetCurrent", gpu.ctx)
+        ptr = self.drv.out("cuMemHostAlloc", ctypes.c_void_p, nbytes, cu.CU_MEMHOSTALLOC_PORTABLE)
+        return self.held.keep(("cuMemFreeHost", gpu.ctx), ptr, pinned=nbytes)
+
+    def device_buffer(self, gpu, nbytes):
+        self.drv.call("cuCtxSetCurrent", gpu.ctx)
+        return self.held.keep(("cuMemFree_v2", gpu.ctx), self.drv.out("cuMemAlloc_v2", ctypes.c_uint64, nbytes))
+
+    # ---- timing ------------------------------------------------------------------------------------
+    def timed_ms(self, gpu, enqueue):
+        """Milliseconds of one enqueued operation on the GPU's stream, by its events: a warm-up,
+        then ``repeats`` samples."""
+        drv = self.drv
+        drv.call("cuCtxSetCurrent", gpu.ctx)
+        enqueue()
+        drv.call("cuStreamSynchronize", gpu.stream)
+        samples = []
+        for _ in range(self.repeats):
+            self.check_time()
+            drv.call("cuEventRecord", gpu.start, gpu.stream)
+            enqueue()
+            drv.call("cuEventRecord", gpu.end, gpu.stream)
+            drv.call("cuEventSynchronize", gpu.end)
+            samples.append(self.elapsed_ms(gpu.start, gpu.end))
+        return samples
+
+    def elapsed_ms(self, start, end):
+        ms = ctypes.c_float()
+        self.drv.call("cuEventElapsedTime", ctypes.byref(ms), start, end)
+        return float(ms.value)
+
+    def gbs(self, nbytes, samples_ms):
+        return [round(nbytes / (ms / 1000.0) / 1e9, 3) if ms > 0 else None for ms in samples_ms]
+
+    def record(self, path, gpu, unit, samples=None, error=None, **extra):
+        row = {"path": path, "gpu": gpu.index, "bus_id": gpu.bus_id, "unit": unit}
+        row.update(extra)
+        if error is not None:
+            row["error"] = error
+        else:
+            row["samples"] = samples
+        self.paths.append(row)
+        return row
+
+    def attempt(self, gpus, path, unit, body, **extra):
+        """One path: its samples, or the error that stopped it (the first failed call of a GPU
+        marks that GPU, whose later paths say so without calling the driver again)."""
+        gpu = gpus[0]
+        broken = next((g for g in gpus if g.error), None)
+        if broken is not None:
+            return self.record(path, gpu, unit, error="GPU %d failed earlier: %s" % (broken.index, broken.error), **extra)
+        try:
+            self.check_time()
+            return self.record(path, gpu, unit, samples=body(), **extra)
+        except OutOfTime as exc:
+            return self.record(path, gpu, unit, error=str(exc), **extra)
+        except cu.CudaError as exc:
+            if len(gpus) == 1:          # a pair's failure is not pinned on either GPU
+                gpu.error = str(exc)
+            return self.record(path, gpu, unit, error=str(exc), **extra)
+
+    # ---- the paths ---------------------------------------------------------------------------------
+    def host_paths(self, gpu, nodes):
+        drv, n = self.drv, self.nbytes
+        gpu.buf = self.device_buffer(gpu, n)
+        local = gpu.node if gpu.node in nodes else None
+        places = [("local", local if local is not None else min(nodes))]
+        remote = farthest_node(self.sysfs, local, nodes) if local is not None else None
+        if remote is not None:
+            places.append(("remote", remote))
+        for numa, node in places:
+            with self.on_cpus(nodes[node]):
+                host = self.host_buffer(gpu, n)
+                if numa == "local":
+                    gpu.local_host = host
+                where = dict(cpu_node=node, numa=numa if local is not None else "unknown", bytes=n)
+                self.attempt([gpu], "host_to_gpu", "GB/s", lambda: self.gbs(n, self.timed_ms(
+                    gpu, lambda: drv.call("cuMemcpyHtoDAsync_v2", gpu.buf, host, n, gpu.stream))), **where)
+                self.attempt([gpu], "gpu_to_host", "GB/s", lambda: self.gbs(n, self.timed_ms(
+                    gpu, lambda: drv.call("cuMemcpyDtoHAsync_v2", host, gpu.buf, n, gpu.stream))), **where)
+                if numa == "remote":
+                    self.held.free(host)
+        node = places[0][1]
+        with self.on_cpus(nodes[node]):
+            self.attempt([gpu], "launch", "us", lambda: self.launch_us(gpu, sync=False), cpu_node=node)
+            self.attempt([gpu], "launch_sync", "us", lambda: self.launch_us(gpu, sync=True), cpu_node=node)
+        self.attempt([gpu], "gpu_memory", "GB/s", lambda: self.gpu_memory(gpu), bytes=n)
+
+    def launch_us(self, gpu, sync):
+        drv = self.drv
+        drv.call("cuCtxSetCurrent", gpu.ctx)
+        module = self.held.keep(("cuModuleUnload", gpu.ctx), self.load_empty_kernel())
+        try:
+            fn = ctypes.c_void_p()
+            drv.call("cuModuleGetFunction", ctypes.byref(fn), module, cu.EMPTY_KERNEL)
+
+            def burst():
+                t0 = time.perf_counter()
+                for _ in range(LAUNCHES):
+                    drv.call("cuLaunchKernel", fn, 1, 1, 1, 1, 1, 1, 0, gpu.stream, None, None)
+                    if sync:
+                        drv.call("cuStreamSynchronize", gpu.stream)
+                t1 = time.perf_counter()
+                drv.call("cuStreamSynchronize", gpu.stream)
+                return (t1 - t0) / LAUNCHES * 1e6
+
+            burst()                     # warm-up: the driver compiles the PTX at load, caches at first launch
+            samples = []
+            for _ in range(self.repeats):
+                self.check_time()
+                samples.append(round(burst(), 3))
+            return samples
+        finally:
+            self.held.free(module)
+
+    def load_empty_kernel(self):
+        """The empty kernel's module: the first PTX target the driver compiles."""
+        for i, ptx in enumerate(cu.EMPTY_PTX):
+            try:
+                return self.drv.out("cuModuleLoadData", ctypes.c_void_p, ptx)
+            except cu.CudaError as exc:
+                if i + 1 == len(cu.EMPTY_PTX) or exc.name not in cu.PTX_REFUSED:
+                    raise
+        return None
+
+    def gpu_memory(self, gpu):
+        n = self.nbytes
+        other = self.device_buffer(gpu, n)
+        try:
+            ms = self.timed_ms(gpu, lambda: self.drv.call("cuMemcpyDtoDAsync_v2", other, gpu.buf, n, gpu.stream))
+            return self.gbs(2 * n, ms)         # each byte read once and written once
+        finally:
+            self.held.free(other)
+
+    def pair_paths(self, a, b):
+        drv, n = self.drv, self.nbytes
+        can = (drv.out("cuDeviceCanAccessPeer", ctypes.c_int, a.dev, b.dev)
+               and drv.out("cuDeviceCanAccessPeer", ctypes.c_int, b.dev, a.dev))
+        enabled = []
+        try:
+            if can:
+                for x, y in ((a, b), (b, a)):
+                    drv.call("cuCtxSetCurrent", x.ctx)
+                    code = drv.status("cuCtxEnablePeerAccess", y.ctx, 0)
+                    if code not in (cu.CUDA_SUCCESS, cu.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+                        raise cu.CudaError("cuCtxEnablePeerAccess", code, drv.error_name(code))
+                    enabled.append((x, y))
+            via = "peer" if can else "host"
+            extra = dict(peer=b.index, peer_bus_id=b.bus_id, via=via)
+
+            def copy(size):
+                return lambda: drv.call("cuMemcpyPeerAsync", b.buf, b.ctx, a.buf, a.ctx, size, a.stream)
+            self.attempt([a, b], "gpu_to_gpu", "GB/s", lambda: self.gbs(n, self.timed_ms(a, copy(n))), bytes=n, **extra)
+            self.attempt([a, b], "gpu_to_gpu_latency", "us",
+                         lambda: [round(ms * 1000, 3) for ms in self.timed_ms(a, copy(LATENCY_BYTES))],
+                         bytes=LATENCY_BYTES, **extra)
+        finally:
+            for x, y in enabled:
+                try:
+                    drv.call("cuCtxSetCurrent", x.ctx)
+                    drv.call("cuCtxDisablePeerAccess", y.ctx)
+                except cu.CudaError as exc:
+                    self.held.release_errors.append(str(exc))
+
+    def all_gpus_path(self, gpus, nodes):
+        """Every GPU copying from its own node's memory at once: the GB/s of each, summed."""
+        drv, n = self.drv, self.nbytes
+        ready = [g for g in gpus if g.local_host is not None and not g.error]
+        if len(ready) < 2:
+            return
+
+        def body():
+            totals = []
+            for rep in range(self.repeats + 1):
+                self.check_time()
+                for g in ready:
+                    drv.call("cuCtxSetCurrent", g.ctx)
+                    drv.call("cuEventRecord", g.start, g.stream)
+                    drv.call("cuMemcpyHtoDAsync_v2", g.buf, g.local_host, n, g.stream)
+                    drv.call("cuEventRecord", g.end, g.stream)
+                total = 0.0
+                for g in ready:
+                    drv.call("cuCtxSetCurrent", g.ctx)
+                    drv.call("cuEventSynchronize", g.end)
+                    ms = self.elapsed_ms(g.start, g.end)
+                    total += n / (ms / 1000.0) / 1e9 if ms > 0 else 0.0
+                if rep:                 # the first round warms up
+                    totals.append(round(total, 3))
+            return totals
+        row = self.attempt(ready[:1], "host_to_all_gpus", "GB/s", body, members=[g.index for g in ready], bytes=n)
+        row["gpu"] = None
+        row.pop("bus_id", None)
+
+
+def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_limit=60.0, force=False,
+            busy_percent=5, sysfs="/sys", busy=None):
+    """The whole measurement of this host, as one plain dict (see the module's RETURN)."""
+    started = time.monotonic()
+    m = Measurement(drv, repeats=repeats, nbytes=nbytes, time_limit=time_limit, sysfs=sysfs)
+    out = {"method": "modelled" if drv.modelled else "measured", "repeats": repeats, "bytes": nbytes,
+           "time_limit_s": time_limit, "gpus": [], "paths": m.paths}
+    try:
+        try:
+            count = m.open_gpus(wanted)
+        except cu.CudaError as exc:
+            if exc.name in ("CUDA_ERROR_NO_DEVICE",):
+                out["na"] = "no NVIDIA GPU the driver can use (%s)" % exc
+                return out
+            raise
+        out["driver_version"] = drv.out("cuDriverGetVersion", ctypes.c_int)
+        out["devices"] = count
+        nodes = node_cpus(sysfs)
+        out["cpus"] = {str(k): v for k, v in sorted(nodes.items())}
+        try:
+            in_use = busy() if busy is not None else busy_gpus(threshold=busy_percent)
+            unknown = None
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            in_use, unknown = {}, "cannot tell whether it is in use: %s" % exc
+        for g in m.gpus:
+            why = in_use.get(g.bus_id) or unknown
+            if why and force:
+                g.forced = why
+            elif why:
+                g.refused = why
+        live = [g for g in m.gpus if not g.refused]
+        for g in live:
+            try:
+                m.attach(g)
+            except cu.CudaError as exc:
+                g.error = str(exc)
+        for g in live:
+            if not g.error:
+                try:
+                    m.host_paths(g, nodes)
+                except cu.CudaError as exc:
+                    g.error = str(exc)
+                    m.record("host_to_gpu", g, "GB/s", error=str(exc))
+        ready = [g for g in live if g.buf is not None]
+        for i, a in enumerate(ready):
+            for b in ready[i + 1:]:
+                try:
+                    m.pair_paths(a, b)
+                except cu.CudaError as exc:
+                    m.record("gpu_to_gpu", a, "GB/s", error=str(exc), peer=b.index, peer_bus_id=b.bus_id)
+        m.all_gpus_path(ready, nodes)
+    finally:
+        out["gpus"] = [{"index": g.index, "bus_id": g.bus_id, "name": g.name, "numa_node": g.node,
+                        **({"refused": g.refused} if g.refused else {}),
+                        **({"forced": g.forced} if g.forced else {}),
+                        **({"error": g.error} if g.error else {})} for g in m.gpus]
+        m.held.close()
+        out["pinned_peak_bytes"] = m.held.pinned_peak
+        out["pinned_left_bytes"] = m.held.pinned
+        if m.held.release_errors:
+            out["release_errors"] = m.held.release_errors
+        out["out_of_time"] = m.out_of_time
+        out["elapsed_s"] = round(time.monotonic() - started, 3)
+    return out

@@ -1,0 +1,177 @@
+"""What the lab's libcuda.so.1 times each operation by: a model of a lab host's data paths,
+computed from the host's state whenever the library reads it (/run/gpuhost-lab/cuda-model).
+
+The model exists to test gpuhost's bookkeeping (which path, which limit, which fix moved
+what); its figures are labelled ``modelled`` wherever they appear, and no test takes one as
+evidence that a fix helps a real host. Each rule names where its shape comes from; where no
+public measurement fixes a number, the docstring says it is assumed.
+
+Rules:
+1. A host copy runs at the link's copy limit (limits.pcie_copy_limit: negotiated generation
+   and width, the GPU's Max Payload Size) times the share the rtx6kpro wiki measured on the
+   seed's GPUs over Gen5 x16 (host-to-GPU 55.08, GPU-to-host 56.39 GB/s of that limit).
+   MaxReadReq has no effect: the same wiki found 128, 512 and 4096 made no difference, and no
+   measurement says otherwise.
+2. From a CPU on another NUMA node than the GPU the copy crosses the socket link and the
+   buffer sits in that node's memory: 0.8 of the local rate (assumed: no public figure).
+3. GPUs below one switch share its upstream link: while their copies overlap they split that
+   link's copy limit (PCIe: a switch forwards all of its downstream ports' traffic through
+   the one upstream port). The library does the splitting in virtual time.
+4. Peer copies run where the driver allows peer access: nvidia-smi topo -p2p's status OK both
+   ways, no ACS request/completion redirect on a switch port between the two GPUs (PCIe Base
+   Specification, ACS P2P Request/Completion Redirect), and no translating IOMMU (gpuhost's
+   iommu.mode: pass-through for P2P). Peer rate: 0.9 of the slower link's copy limit, 0.85
+   across NUMA nodes (the rtx6kpro wiki: 53-56 GB/s on one socket, about 51 across sockets
+   on Turin). Otherwise the driver stages the copy through host memory: half the slower of
+   the two host copies (two copies in turn; assumed) and a host round trip of latency.
+5. A kernel launch costs the calling CPU 2 us of work at full clock, scaled by the clock its
+   governor holds during a burst of launches (Documentation/admin-guide/pm/cpufreq.rst:
+   performance runs at scaling_max_freq, powersave at scaling_min_freq, the dynamic governors
+   start a burst between the two: half-way, assumed), plus 0.5 us from a CPU on another node.
+6. Waiting for completion (a synchronize) costs 4 us plus the exit latency of the deepest
+   idle state the waiting CPU may enter (Documentation/admin-guide/pm/cpuidle.rst: the
+   state's exit latency, /sys/.../cpuidle/stateN/latency); disabled states are not entered.
+7. A copy inside the GPU's memory runs at 0.8 of the datasheet memory bandwidth
+   (limits.gpu_limits), 500 GB/s for a GPU not in that table.
+8. Every figure carries 1 % seeded noise, the same for the same host name.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+from ansible_collections.gpuhost.stack.plugins.module_utils import limits
+
+from . import configspace
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+H2D_SHARE = 55.08 / limits.pcie_copy_limit(5, 16, 256)["gbs"]     # rule 1
+D2H_SHARE = 56.39 / limits.pcie_copy_limit(5, 16, 256)["gbs"]
+REMOTE_COPY = 0.8                                                   # rule 2
+PEER_SHARE, PEER_CROSS_SOCKET = 0.9, 0.85                           # rule 4
+PEER_LATENCY_US, HOST_STAGED_LATENCY_US = 1.5, 10.0
+LAUNCH_US, LAUNCH_REMOTE_EXTRA_US = 2.0, 0.5                        # rule 5
+SYNC_US = 4.0                                                       # rule 6
+GPU_MEMORY_SHARE, UNKNOWN_GPU_MEMORY_GBS = 0.8, 500.0               # rule 7
+ACS_REDIRECT = 0x0C                                                 # ACS control: ReqRedir | CmpltRedir
+
+
+def _copy_limit(m: Machine, bdf: str) -> float:
+    dev = m.spec.device(bdf)
+    if dev.link_sta is None:
+        return 16.0
+    payload = configspace.mps(m.config[bdf][0]) or 256
+    lim = limits.pcie_copy_limit(dev.link_sta.gen, dev.link_sta.width, payload)
+    return lim["gbs"] if lim else limits.pcie_link_gbs(dev.link_sta.gen, dev.link_sta.width)
+
+
+def _chain(m: Machine, bdf: str) -> list[str]:
+    """The bridges above a device, nearest first."""
+    out, dev = [], m.spec.device(bdf)
+    while dev.parent:
+        out.append(dev.parent)
+        dev = m.spec.device(dev.parent)
+    return out
+
+
+def _redirecting(m: Machine, a: str, b: str) -> bool:
+    """Whether an ACS port between two devices (below their common bridge) redirects
+    requests or completions upstream."""
+    ca, cb = _chain(m, a), _chain(m, b)
+    common = next((x for x in ca if x in cb), None)
+    # the ports each GPU's requests enter on their way to the other, below where they meet
+    ports = (ca[:ca.index(common)] + cb[:cb.index(common)]) if common else ca + cb
+    for bdf in ports:
+        dev = m.spec.device(bdf)
+        if dev.type == "switch_down":
+            ctrl = configspace.acs_ctrl(m.config[bdf][0])
+            if ctrl is not None and ctrl & ACS_REDIRECT:
+                return True
+    return False
+
+
+def _launch_us(m: Machine, cpu: int) -> float:
+    c = m.spec.cpu
+    if m.driver is None or not c.max_khz:
+        return LAUNCH_US
+    top = m.max_freq.get(cpu, c.max_khz) or c.max_khz
+    gov = m.governor.get(cpu)
+    khz = top if gov == "performance" else c.min_khz if gov == "powersave" else (c.min_khz + top) / 2
+    return LAUNCH_US * c.max_khz / max(khz, 1)
+
+
+def _sync_us(m: Machine, cpu: int) -> float:
+    lat = [s.latency_us for s in m.spec.cpu.cstates]
+    enabled = [lat[i] for i in range(len(m.boot.cstate_names))
+               if i < len(lat) and not m.idle_disabled.get((cpu, i), False)]
+    return SYNC_US + (max(enabled) if enabled else 0)
+
+
+def model_text(m: Machine) -> str:
+    """The model file the lab's libcuda.so.1 reads (see libcuda.c load_model)."""
+    view = m.nvidia_view(None)
+    lines = ["# gpuhost lab CUDA model: every figure it gives is modelled",
+             f"seed {zlib.crc32(m.spec.hostname.encode()) or 1}", "noise 0.01",
+             "driver " + _driver_version(view)]
+    if not view["module"]:
+        return "\n".join(lines) + "\n"          # the driver is not loaded: cuInit finds no device
+    nodes: dict[int, list[int]] = {}
+    for t in m.cpus:
+        nodes.setdefault(t.node, []).append(t.cpu)
+    for n, cpus in sorted(nodes.items()):
+        lines.append(f"node {n} " + ",".join(map(str, cpus)))
+    shares: dict[str, int] = {}
+    gpus = view["gpus"]
+    for g in gpus:
+        bdf = g["bdf"]
+        dev = m.spec.device(bdf)
+        link = _copy_limit(m, bdf)
+        up = next((x for x in _chain(m, bdf) if m.spec.device(x).type == "switch_up"), None)
+        share = -1
+        if up is not None:
+            share = shares.setdefault(up, len(shares))
+            lines.append(f"share {share} {_copy_limit(m, up) * H2D_SHARE:.3f}")
+        node = dev.numa_node
+        local = [c for c in nodes.get(node, [])] or [t.cpu for t in m.cpus]
+        cpu = local[0]
+        mem = (limits.gpu_limits(g["name"]) or {}).get("memory_gbs") or UNKNOWN_GPU_MEMORY_GBS
+        lines.append(
+            f"gpu {g['index']} {bdf} node={node} share={share} mem_mib={g['memory_mib']}"
+            f" h2d_local={link * H2D_SHARE:.3f} h2d_remote={link * H2D_SHARE * REMOTE_COPY:.3f}"
+            f" d2h_local={link * D2H_SHARE:.3f} d2h_remote={link * D2H_SHARE * REMOTE_COPY:.3f}"
+            f" mem={mem * GPU_MEMORY_SHARE:.3f}"
+            f" launch_local={_launch_us(m, cpu):.3f} launch_remote={_launch_us(m, cpu) + LAUNCH_REMOTE_EXTRA_US:.3f}"
+            f" sync_local={_sync_us(m, cpu):.3f} sync_remote={_sync_us(m, cpu):.3f}")
+        lines.append(f"name {g['index']} {g['name']}")
+        fail = m._gpu_spec(bdf).cuda_fail
+        if fail:
+            lines.append(f"fail {g['index']} {fail}")
+    status: dict[tuple[int, int], bool] = {}
+    for p in view["p2p"]:
+        i, j = p["pair"]
+        status[(i, j)] = status[(j, i)] = p["read"] == "OK" and p["write"] == "OK"
+    for a in gpus:
+        for b in gpus:
+            if a is b:
+                continue
+            i, j = a["index"], b["index"]
+            ok = (status.get((i, j), True) and m.boot.iommu != "translated"
+                  and not _redirecting(m, a["bdf"], b["bdf"]))
+            slower = min(_copy_limit(m, a["bdf"]), _copy_limit(m, b["bdf"]))
+            cross = m.spec.device(a["bdf"]).numa_node != m.spec.device(b["bdf"]).numa_node
+            peer = slower * PEER_SHARE * (PEER_CROSS_SOCKET if cross else 1)
+            staged = slower * min(H2D_SHARE, D2H_SHARE) / 2
+            lines.append(f"peer {i} {j} {int(ok)} {peer:.3f} {PEER_LATENCY_US} {staged:.3f} {HOST_STAGED_LATENCY_US}")
+    return "\n".join(lines) + "\n"
+
+
+def _driver_version(view: dict) -> str:
+    """cuDriverGetVersion's number: 1000 x major + 10 x minor of the CUDA version the driver
+    supports (nvidia-smi's "CUDA Version")."""
+    major, _, minor = (view.get("cuda_version") or "12.8").partition(".")
+    try:
+        return str(int(major) * 1000 + int(minor or 0) * 10)
+    except ValueError:
+        return "12080"
