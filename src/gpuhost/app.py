@@ -159,7 +159,8 @@ class App:
                 failed = dict(r.get("failed") or {})
                 out[name] = {"reachable": True, "facts": r.get("facts"),
                              "findings": App.with_failures(r.get("findings") or {}, failed),
-                             "changed": r.get("changed") or [], "failed": failed}
+                             "changed": r.get("changed") or [], "failed": failed,
+                             **({"proof": r["proof"]} if r.get("proof") is not None else {})}
                 if name in result.failed:
                     out[name]["error"] = result.failed[name]
         return out
@@ -217,9 +218,52 @@ class App:
             render_diffs(result.diffs, self.console)
         return self.finish("audit", hosts)
 
+    def measure(self, title: str, inventory, limit: str | None) -> dict[str, dict]:
+        """Audit and measure every host (audit.yml with gpuhost_prove): host -> its report."""
+        # the measurement's own bound, and a minute for the audit before it and the way back
+        self.o.task_timeout = max(self.o.task_timeout, int(self.o.prove.get("time_limit", 60)) + 60) if self.o.task_timeout else 0
+        result = self.play(title, inventory, check=True, limit=limit,
+                           extra={"gpuhost_fix_plans": False, "gpuhost_prove": self.o.prove})
+        hosts = self.hosts_from(result, result.hosts)
+        for h in hosts.values():
+            h["changed"] = []
+        return hosts
+
+    def prove(self) -> int:
+        """gpuhost prove: the audit, then every path of every host against its limit."""
+        hosts = self.measure("gpuhost prove", self.inventory(), self.o.limit)
+        return self.finish("prove", hosts)
+
+    @staticmethod
+    def with_effects(after: dict[str, dict], before: dict[str, dict], proved: dict[str, dict]) -> None:
+        """fix --prove: each host's proof after the fix, the one before it, and per fix that ran
+        the paths it bears on, before and after with the spread (pathproof.compare)."""
+        from ansible_collections.gpuhost.stack.plugins.module_utils.pathproof import BEARING, compare
+
+        for name, h in after.items():
+            then, now = (before.get(name) or {}).get("proof"), (proved.get(name) or {}).get("proof")
+            if now is None:
+                continue
+            h["proof"] = dict(now)
+            if then is None:
+                continue
+            h["proof"]["before"] = {"conclusion": then.get("conclusion"), "paths": then.get("paths")}
+            moved = compare(then, now)
+            effects, unmeasured = [], []
+            for cid in sorted(set(h.get("changed") or [])):
+                rows = [{"control": cid, **row} for row in moved if cid in BEARING.get(row["path"], ())]
+                effects += rows
+                if not rows:
+                    unmeasured.append(cid)
+            h["proof"]["effects"] = effects
+            h["proof"]["unmeasured_fixes"] = unmeasured
+            h["proof"]["paths_moved"] = moved
+
     def fix(self) -> int:
         inventory = self.inventory()
         with self.interruptible(), self.registered():
+            # fix --prove: the paths as they are, before anything is planned or changed
+            measured_before = self.measure("gpuhost fix: measure", inventory, self.o.limit) if self.o.prove else {}
             first = self.play("gpuhost fix: audit", inventory, check=True, limit=self.o.limit)
             before = self.hosts_from(first, first.hosts)
             plan = {n: [f for f in h["findings"].values() if f["status"] == "drift"] for n, h in before.items()
@@ -247,6 +291,9 @@ class App:
                     render_diffs(result.diffs, self.console)
             if self.o.reboot == "if-needed" and not self.interrupted:
                 after = self.reboot_rollout(inventory, after)
+            if self.o.prove and not self.interrupted:
+                # after the last reboot, on the same paths with the same repeats
+                self.with_effects(after, measured_before, self.measure("gpuhost fix: measure again", inventory, self.o.limit))
         code = self.finish("fix", after, before)
         if self.interrupted:
             self.err.print(f"gpuhost fix: interrupted ({self.interrupted}): the report lists every change made")

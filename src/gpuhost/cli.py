@@ -66,8 +66,27 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--junit", metavar="F", help="write a JUnit XML report (one testcase per host and control)")
     audit.add_argument("--html", metavar="F", help="write a self-contained HTML report")
     audit.add_argument("--diff", action="store_true", help="also preview, with diffs, every change a fix would make")
+    def proving(sp, flag):
+        if flag:
+            sp.add_argument("--prove", action="store_true",
+                            help="measure every path before the plan and after the last reboot, and report each fix's effect")
+        sp.add_argument("--gpus", help="only these GPUs (indexes or PCI bus ids, comma-separated)")
+        sp.add_argument("--repeats", type=int, default=5, metavar="N", help="timed repeats a path (at least 5; default 5)")
+        sp.add_argument("--threshold", type=float, default=0.85, metavar="F",
+                        help="share of the limit a PCIe path must reach (default 0.85)")
+        sp.add_argument("--time-limit", type=_seconds, default=60, metavar="S",
+                        help="seconds the measurement of one host may take (default 60)")
+        sp.add_argument("--force", action="store_true", help="measure GPUs in use too (named in the report)")
+
+    prove = sub.add_parser("prove", help="measure each path against its physical limit, and say what bears on a shortfall")
+    common(prove)
+    prove.add_argument("--junit", metavar="F", help="write a JUnit XML report")
+    prove.add_argument("--html", metavar="F", help="write a self-contained HTML report")
+    prove.add_argument("--diff", action="store_true", help=argparse.SUPPRESS)
+    proving(prove, flag=False)
     fix = sub.add_parser("fix", help="repair what the audit finds, after a plan and a confirmation")
     common(fix)
+    proving(fix, flag=True)
     fix.add_argument("--reboot", choices=["never", "if-needed"], default="never",
                      help="reboot hosts whose fixes need it, one at a time (default: never)")
     fix.add_argument("--yes", action="store_true", help="apply without asking")
@@ -210,17 +229,28 @@ def connection_args(args: argparse.Namespace) -> list[str]:
 
 def run_app(args: argparse.Namespace) -> int:
     from .app import App
-    from .options import Options, parse_controls, parse_limit
+    from .options import BadInput, Options, parse_controls, parse_gpus, parse_limit
 
+    prove = None
+    if args.command == "prove" or getattr(args, "prove", False):
+        if args.repeats < 5:
+            raise BadInput(f"--repeats: at least 5, not {args.repeats}")
+        if not 0 < args.threshold <= 1:
+            raise BadInput(f"--threshold: a share of the limit above 0 and at most 1, not {args.threshold:g}")
+        if not args.time_limit:
+            raise BadInput("--time-limit: must be above 0")
+        prove = {"repeats": args.repeats, "threshold": args.threshold, "time_limit": args.time_limit,
+                 "force": args.force, **({"gpus": parse_gpus(args.gpus)} if args.gpus else {})}
     opts = Options(inventory=args.inventory, limit=parse_limit(args.limit), controls=parse_controls(args.controls),
                    json=args.json, junit=args.junit, html=args.html, diff=args.diff,
                    reboot=getattr(args, "reboot", "never"), yes=getattr(args, "yes", False),
                    task_timeout=args.task_timeout, reboot_timeout=getattr(args, "reboot_timeout", 600),
                    lock_timeout=getattr(args, "lock_timeout", 1800),
-                   connection=connection_args(args), prom=args.prom, no_color=args.no_color, format=args.format)
+                   connection=connection_args(args), prom=args.prom, no_color=args.no_color, format=args.format,
+                   prove=prove)
     app = App(opts)
     try:
-        return app.audit() if args.command == "audit" else app.fix()
+        return {"audit": app.audit, "prove": app.prove}.get(args.command, app.fix)()
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -239,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 return run_lab(args)
             except LabError as exc:
                 raise UsageError(str(exc)) from None
-        if args.command in ("audit", "fix"):
+        if args.command in ("audit", "fix", "prove"):
             return run_app(args)
         if args.command == "controls":
             from . import generate

@@ -26,6 +26,7 @@ class Options:
     prom: str | None = None                 # Prometheus textfile
     no_color: bool = False
     format: str = "table"                   # table | oneline
+    prove: dict | None = None               # gpuhost prove / fix --prove: the measure module's options and thresholds
 
 
 def parse_controls(text: str | None) -> list[str]:
@@ -57,3 +58,18 @@ def parse_limit(text: str | None) -> str | None:
     if pattern.count("[") != pattern.count("]"):
         raise BadInput(f"--limit: unbalanced [ ] in {text!r}")
     return pattern
+
+
+def parse_gpus(text: str | None) -> list[str]:
+    """--gpus: GPU indexes or PCI bus ids, comma-separated; None is every GPU."""
+    if text is None:
+        return []
+    items = [g.strip().lower() for g in text.split(",")]
+    if not all(items):
+        raise BadInput(f"--gpus: empty item in {text!r}")
+    import re
+
+    for g in items:
+        if not re.match(r"^(\d+|([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$", g):
+            raise BadInput(f"--gpus: not a GPU index or PCI bus id: {g!r}")
+    return items

@@ -78,6 +78,8 @@ def build(mode: str, started: str, hosts: dict[str, dict], before: dict[str, dic
                 f["before"] = (was.get(f["control"]) or {}).get("status")
         findings.sort(key=lambda f: [c.id for c in CATALOG].index(f["control"]) if f["control"] in BY_ID else 99)
         entry["findings"] = findings
+        if h.get("proof") is not None:
+            entry["proof"] = h["proof"]
         if not entry["reachable"]:
             summary["unreachable"] += 1
         for f in findings:
@@ -164,9 +166,12 @@ def exit_code(report: dict) -> int:
     if any(not h["reachable"] or h.get("error") for h in hosts):
         return EXIT_UNREACHABLE
     statuses = {f["status"] for h in hosts for f in h["findings"]}
-    if "error" in statuses:
+    # a proof: a path that could not be measured is a failed task; one below its limit, or a
+    # GPU refused because it is in use, a finding
+    verdicts = {p.get("verdict") for h in hosts for p in (h.get("proof") or {}).get("paths") or []}
+    if "error" in statuses or "error" in verdicts or any((h.get("proof") or {}).get("error") for h in hosts):
         return EXIT_UNREACHABLE
-    if statuses & set(FAILING):
+    if statuses & set(FAILING) or verdicts & {"below", "refused"}:
         return EXIT_FINDINGS
     return EXIT_OK
 

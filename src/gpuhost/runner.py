@@ -190,7 +190,8 @@ class PlaybookRun:
                     got = None      # no report from the host: App.hosts_from says so
                 if isinstance(got, dict):
                     judged[host] = {"changed": [], "failed": {}, "findings": got.get("findings") or {},
-                                    "facts": got.get("summary") or {}}
+                                    "facts": got.get("summary") or {},
+                                    **({"proof": got["proof"]} if "proof" in got else {})}
             elif kind == "runner_on_ok" and host and (data.get("res") or {}).get("changed"):
                 self._keep_diffs(result, host, str(data.get("task") or ""), data["res"])
                 cid = control_of(str(data.get("task") or ""))

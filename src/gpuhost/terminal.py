@@ -156,6 +156,89 @@ def summary_line(report: dict) -> Text:
     return t
 
 
+VERDICT_STYLES = {"ok": "green", "below": "yellow", "not judged": "dim", "error": "red", "refused": "magenta",
+                  "better": "green", "worse": "red", "no measurable effect": "dim"}
+
+
+def _figure(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f} {unit}" if value >= 10 else f"{value:.2f} {unit}"
+
+
+def path_name(p: dict) -> str:
+    """A path as the table names it: host_to_gpu GPU0 (node 1, remote), gpu_to_gpu GPU0→GPU3 (host)."""
+    gpu = p.get("gpu")
+    where = "all GPUs" if gpu is None and p.get("path") != "all" else f"GPU{gpu}"
+    if p.get("peer") is not None:
+        where += f"→GPU{p['peer']}"
+    extra = [f"node {p['cpu_node']}" + (f", {p['numa']}" if p.get("numa") in ("remote", "unknown") else "")
+             if p.get("cpu_node") is not None and p["path"] in ("host_to_gpu", "gpu_to_host") else None,
+             p.get("via") if p.get("via") == "host" else None]
+    extra = [e for e in extra if e]
+    return f"{p['path']} {where}" + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def effect_lines(proof: dict) -> list[Text]:
+    """fix --prove: per fix that ran, each kind of path it bears on (GPUs together): the
+    medians before and after and the verdicts, e.g. "cpu.cstates: launch_sync, 8 GPUs:
+    810 us → 9.4 us (-99%): better on 8"."""
+    groups: dict[tuple, list[dict]] = {}
+    for e in proof.get("effects") or []:
+        groups.setdefault((e["control"], e["path"], e.get("numa"), e.get("unit")), []).append(e)
+    out = [Text("effect of each fix (before → after, the median over GPUs; within the spread: no measurable effect)",
+                style="dim")] if groups else []
+    for (cid, path, numa, unit), rows in groups.items():
+        before = sorted(r["before"] for r in rows)[len(rows) // 2]
+        after = sorted(r["after"] for r in rows)[len(rows) // 2]
+        what = path + (f" ({numa})" if numa in ("remote",) else "")
+        count = len({(r.get("gpu"), r.get("peer")) for r in rows})
+        t = Text(f"  {cid}: {what}, {count} {'pair' if path.startswith('gpu_to_gpu') else 'GPU'}{'s' if count != 1 else ''}: "
+                 f"{_figure(before, unit)} → {_figure(after, unit)} ({(after - before) / before * 100:+.0f}%): ")
+        verdicts = {}
+        for r in rows:
+            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        for i, (word, n) in enumerate(sorted(verdicts.items(), key=lambda kv: -kv[1])):
+            if i:
+                t.append(", ")
+            t.append(f"{word} on {n}", style=VERDICT_STYLES.get(word, ""))
+        out.append(t)
+    for cid in proof.get("unmeasured_fixes") or []:
+        out.append(Text(f"  {cid}: no measured path bears on it", style="dim"))
+    return out
+
+
+def proof_lines(name: str, proof: dict, width: int) -> list[Text]:
+    """One host's proof: path, measured (median ± spread), limit, share, verdict, and what bears
+    on a path that falls short; then the before/after of each fix, and the conclusion."""
+    out = [Text(f"{name}: paths against their limits ({proof.get('method', 'measured')})", style="bold")]
+    rows = []
+    for p in proof.get("paths") or []:
+        unit = p.get("unit") or ""
+        # the median, and ± half the range of the repeats around it
+        measured = (_figure(p.get("median"), unit) + (f" ±{p['spread'] * 50:.0f}%" if p.get("spread") is not None else "")
+                    if p.get("median") is not None else "-")
+        lim = p.get("limit") or {}
+        share = f"{p['fraction'] * 100:.0f}%" if p.get("fraction") is not None else "-"
+        why = p.get("error") or "; ".join(a.get("control", a.get("fact", "")) + (f" {a['status']}" if a.get("status") else "")
+                                          for a in p.get("attribution") or [])
+        rows.append((path_name(p), measured, _figure(lim.get("value"), lim.get("unit") or ""), share, p["verdict"], why))
+    heads = ("path", "measured", "limit", "%", "verdict", "bears on it (or why not measured)")
+    cols = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads[:5])]
+    line = "  ".join(h.ljust(cols[i]) for i, h in enumerate(heads[:5])) + "  " + heads[5]
+    out.append(Text(line, style="dim"))
+    for r in rows:
+        t = Text("  ".join(r[i].ljust(cols[i]) for i in range(4)) + "  ")
+        t.append(r[4].ljust(cols[4]), style=VERDICT_STYLES.get(r[4], ""))
+        if r[5]:
+            t.append("  " + r[5])
+        out.append(t)
+    out += effect_lines(proof)
+    if proof.get("conclusion"):
+        out += indented(f"{name}: {proof['conclusion']}", 0, width, style="bold")
+    return out
+
+
 def render(report: dict, console) -> None:
     width = max(40, console.width)
     hosts = report["hosts"]
@@ -165,6 +248,11 @@ def render(report: dict, console) -> None:
     body = matrix(report, controls, width) or fleet(report, controls, width)
     for line in body:
         console.print(line, soft_wrap=True, highlight=False)
+    for name, h in hosts.items():
+        if h.get("proof"):
+            console.print()
+            for line in proof_lines(name, h["proof"], width):
+                console.print(line, soft_wrap=True, highlight=False)
     trouble = problems(report, width) + not_applicable(report, width)
     if trouble:
         console.print()

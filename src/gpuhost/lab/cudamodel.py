@@ -6,34 +6,44 @@ what); its figures are labelled ``modelled`` wherever they appear, and no test t
 evidence that a fix helps a real host. Each rule names where its shape comes from; where no
 public measurement fixes a number, the docstring says it is assumed.
 
-Rules:
+Rules (the seed's GPUs over Gen5 x16 at a 256-byte payload anchor the shares: its copy limit
+is 57.6 GB/s):
 1. A host copy runs at the link's copy limit (limits.pcie_copy_limit: negotiated generation
    and width, the GPU's Max Payload Size) times the share the rtx6kpro wiki measured on the
-   seed's GPUs over Gen5 x16 (host-to-GPU 55.08, GPU-to-host 56.39 GB/s of that limit).
-   MaxReadReq has no effect: the same wiki found 128, 512 and 4096 made no difference, and no
-   measurement says otherwise.
-2. From a CPU on another NUMA node than the GPU the copy crosses the socket link and the
-   buffer sits in that node's memory: 0.8 of the local rate (assumed: no public figure).
+   seed's GPUs (host-to-GPU 55.08, GPU-to-host 56.39 GB/s). MaxReadReq has no effect: the same
+   wiki found 128, 512 and 4096 made no difference, and no measurement says otherwise.
+2. A pinned buffer on another NUMA node than the GPU (its pages come from the node of the
+   thread that allocated it: the kernel's default local allocation) is copied across the
+   socket link: 0.91 of the local rate,
+   the wiki's cross-socket over same-socket P2P writes on dual Turin, the seed's CPUs (~51 of
+   ~55-56 GB/s; no public host-copy pair on that platform; older hardware lost far more:
+   gearshifft#82, a P100 with 0.31 of its local H2D from the remote node).
 3. GPUs below one switch share its upstream link: while their copies overlap they split that
-   link's copy limit (PCIe: a switch forwards all of its downstream ports' traffic through
-   the one upstream port). The library does the splitting in virtual time.
+   link's copy limit (a switch forwards all of its downstream ports' traffic through its one
+   upstream port). The library does the splitting in virtual time.
 4. Peer copies run where the driver allows peer access: nvidia-smi topo -p2p's status OK both
    ways, no ACS request/completion redirect on a switch port between the two GPUs (PCIe Base
    Specification, ACS P2P Request/Completion Redirect), and no translating IOMMU (gpuhost's
-   iommu.mode: pass-through for P2P). Peer rate: 0.9 of the slower link's copy limit, 0.85
-   across NUMA nodes (the rtx6kpro wiki: 53-56 GB/s on one socket, about 51 across sockets
-   on Turin). Otherwise the driver stages the copy through host memory: half the slower of
-   the two host copies (two copies in turn; assumed) and a host round trip of latency.
-5. A kernel launch costs the calling CPU 2 us of work at full clock, scaled by the clock its
+   iommu.mode: pass-through for P2P). Peer rate 55.5 GB/s of 57.6 (the wiki: "~55-56" on one
+   socket), 0.91 of that across sockets (~51); latency 0.4 us (the wiki: 0.36-0.45). Otherwise
+   the driver stages the copy through host memory (CUDA Programming Guide, peer-to-peer
+   memory copy): 42.5 of 57.6 GB/s and 14 us (an RTX 5090 pair with P2P disabled,
+   aikitoria/open-gpu-kernel-modules#9: 42.47/42.54 GB/s, 14.44/14.37 us).
+5. A kernel launch costs the calling CPU 3 us at full clock (NVIDIA's forum: a null kernel's
+   launch overhead is "about 3 microseconds with recent hardware"), scaled by the clock its
    governor holds during a burst of launches (Documentation/admin-guide/pm/cpufreq.rst:
    performance runs at scaling_max_freq, powersave at scaling_min_freq, the dynamic governors
-   start a burst between the two: half-way, assumed), plus 0.5 us from a CPU on another node.
-6. Waiting for completion (a synchronize) costs 4 us plus the exit latency of the deepest
-   idle state the waiting CPU may enter (Documentation/admin-guide/pm/cpuidle.rst: the
-   state's exit latency, /sys/.../cpuidle/stateN/latency); disabled states are not entered.
-7. A copy inside the GPU's memory runs at 0.8 of the datasheet memory bandwidth
-   (limits.gpu_limits), 500 GB/s for a GPU not in that table.
-8. Every figure carries 1 % seeded noise, the same for the same host name.
+   start a burst between the two: half-way, assumed, as is the 0.5 us more from another node).
+6. Waiting for completion (a synchronize) costs 4 us, plus 2 % of the exit latency of the
+   deepest idle state the waiting CPU may enter (Documentation/admin-guide/pm/cpuidle.rst:
+   the state's exit latency, /sys/.../cpuidle/stateN/latency; disabled states are not
+   entered). Both assumed: the driver mostly spins while it waits (cuCtxCreate's
+   CU_CTX_SCHED_AUTO spins while a process has no more contexts than CPUs), and the 2 % stands
+   for the waits in which the thread yields and its CPU sleeps.
+7. A copy inside the GPU's memory runs at 0.8 of the datasheet memory bandwidth (the wiki's
+   RTX PRO 6000: 1375.60-1489.91 of 1792 GB/s, read plus written), 500 GB/s for a GPU not in
+   limits' table.
+8. Every figure carries 1 % noise, seeded by the host's name and the measuring process.
 """
 from __future__ import annotations
 
@@ -47,24 +57,31 @@ from . import configspace
 if TYPE_CHECKING:
     from .machine import Machine
 
-H2D_SHARE = 55.08 / limits.pcie_copy_limit(5, 16, 256)["gbs"]     # rule 1
-D2H_SHARE = 56.39 / limits.pcie_copy_limit(5, 16, 256)["gbs"]
-REMOTE_COPY = 0.8                                                   # rule 2
-PEER_SHARE, PEER_CROSS_SOCKET = 0.9, 0.85                           # rule 4
-PEER_LATENCY_US, HOST_STAGED_LATENCY_US = 1.5, 10.0
-LAUNCH_US, LAUNCH_REMOTE_EXTRA_US = 2.0, 0.5                        # rule 5
-SYNC_US = 4.0                                                       # rule 6
+ANCHOR = limits.pcie_copy_limit(5, 16, 256)["gbs"]
+H2D_SHARE, D2H_SHARE = 55.08 / ANCHOR, 56.39 / ANCHOR               # rule 1
+REMOTE_COPY = 51 / 55.5                                             # rule 2
+PEER_SHARE, PEER_CROSS_SOCKET = 55.5 / ANCHOR, 51 / 55.5            # rule 4
+STAGED_SHARE = 42.5 / ANCHOR
+PEER_LATENCY_US, HOST_STAGED_LATENCY_US = 0.4, 14.0
+LAUNCH_US, LAUNCH_REMOTE_EXTRA_US = 3.0, 0.5                        # rule 5
+SYNC_US, SLEEP_SHARE = 4.0, 0.02                                    # rule 6
 GPU_MEMORY_SHARE, UNKNOWN_GPU_MEMORY_GBS = 0.8, 500.0               # rule 7
 ACS_REDIRECT = 0x0C                                                 # ACS control: ReqRedir | CmpltRedir
 
 
 def _copy_limit(m: Machine, bdf: str) -> float:
+    """A link under load: the width it trained to (a downtrained width stays), the speed both
+    ends support (an idle GPU's link runs slower and retrains to full speed under load: the
+    reason pcie.link does not count a low speed alone)."""
     dev = m.spec.device(bdf)
-    if dev.link_sta is None:
+    if dev.link_sta is None or dev.link_cap is None:
         return 16.0
+    up = m.spec.device(dev.parent) if dev.parent else None
+    gen = min(dev.link_cap.gen, up.link_cap.gen) if up is not None and up.link_cap else dev.link_cap.gen
+    width = dev.link_sta.width
     payload = configspace.mps(m.config[bdf][0]) or 256
-    lim = limits.pcie_copy_limit(dev.link_sta.gen, dev.link_sta.width, payload)
-    return lim["gbs"] if lim else limits.pcie_link_gbs(dev.link_sta.gen, dev.link_sta.width)
+    lim = limits.pcie_copy_limit(gen, width, payload)
+    return lim["gbs"] if lim else limits.pcie_link_gbs(gen, width)
 
 
 def _chain(m: Machine, bdf: str) -> list[str]:
@@ -77,13 +94,14 @@ def _chain(m: Machine, bdf: str) -> list[str]:
 
 
 def _redirecting(m: Machine, a: str, b: str) -> bool:
-    """Whether an ACS port between two devices (below their common bridge) redirects
-    requests or completions upstream."""
+    """Whether peer traffic between two GPUs below one switch is redirected upstream: ACS
+    request or completion redirect on a downstream port either GPU's requests enter. GPUs
+    that meet only at the root complex (or not at all) send their traffic up anyway."""
     ca, cb = _chain(m, a), _chain(m, b)
     common = next((x for x in ca if x in cb), None)
-    # the ports each GPU's requests enter on their way to the other, below where they meet
-    ports = (ca[:ca.index(common)] + cb[:cb.index(common)]) if common else ca + cb
-    for bdf in ports:
+    if common is None or m.spec.device(common).type == "root_port":
+        return False
+    for bdf in ca[:ca.index(common)] + cb[:cb.index(common)]:
         dev = m.spec.device(bdf)
         if dev.type == "switch_down":
             ctrl = configspace.acs_ctrl(m.config[bdf][0])
@@ -106,7 +124,7 @@ def _sync_us(m: Machine, cpu: int) -> float:
     lat = [s.latency_us for s in m.spec.cpu.cstates]
     enabled = [lat[i] for i in range(len(m.boot.cstate_names))
                if i < len(lat) and not m.idle_disabled.get((cpu, i), False)]
-    return SYNC_US + (max(enabled) if enabled else 0)
+    return SYNC_US + SLEEP_SHARE * (max(enabled) if enabled else 0)
 
 
 def model_text(m: Machine) -> str:
@@ -162,7 +180,7 @@ def model_text(m: Machine) -> str:
             slower = min(_copy_limit(m, a["bdf"]), _copy_limit(m, b["bdf"]))
             cross = m.spec.device(a["bdf"]).numa_node != m.spec.device(b["bdf"]).numa_node
             peer = slower * PEER_SHARE * (PEER_CROSS_SOCKET if cross else 1)
-            staged = slower * min(H2D_SHARE, D2H_SHARE) / 2
+            staged = slower * STAGED_SHARE
             lines.append(f"peer {i} {j} {int(ok)} {peer:.3f} {PEER_LATENCY_US} {staged:.3f} {HOST_STAGED_LATENCY_US}")
     return "\n".join(lines) + "\n"
 

@@ -586,6 +586,7 @@ class Machine:
                              "compute_mode": self.compute_mode[g.bdf],
                              "mig": self.modes[g.bdf]["mig"], "ecc": self.modes[g.bdf]["ecc"],
                              "mig_instances": self.mig_instances[g.bdf],
+                             "processes": [p.model_dump() for p in g.processes], "utilization": g.utilization,
                              "fabric": self._fabric(g),
                              "health": g.health.model_dump()})
         return {"module": nv.kernel_module if (nv and self.boot.nvidia_loaded) else None,

@@ -269,6 +269,13 @@ class GpuFabric(_Strict):
     status: str = "N/A"         # "Success" once completed, or NVML's error string
 
 
+class GpuProcess(_Strict):
+    """A compute process on a GPU, as nvidia-smi --query-compute-apps lists it."""
+    pid: int = Field(ge=1)
+    name: str
+    used_mib: int = Field(default=1024, ge=0)
+
+
 class Gpu(_Strict):
     bdf: str
     name: str
@@ -297,6 +304,9 @@ class Gpu(_Strict):
     # a driver call that fails on this GPU in the lab's libcuda.so.1, as "<call> <CUresult>"
     # (cuda.h's code): a GPU that fails mid-measurement
     cuda_fail: Optional[str] = Field(default=None, pattern=r"^cu[A-Za-z0-9_]+ [0-9]+$")
+    # what runs on it (nvidia-smi --query-compute-apps) and how busy it is (utilization.gpu, %)
+    processes: list[GpuProcess] = Field(default_factory=list)
+    utilization: int = Field(default=0, ge=0, le=100)
 
     @property
     def aperture_mib(self) -> int:

@@ -24,12 +24,14 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 const char gpuhost_lab_model[] = "gpuhost lab: figures are modelled, not measured";
 
@@ -94,7 +96,7 @@ struct Op {
 };
 typedef struct Module { Ctx *ctx; char names[16][64]; int n; } Module;
 typedef struct Alloc { Ctx *ctx; uint64_t addr; size_t size; } Alloc;
-typedef struct Host { void *p; size_t size; } Host;
+typedef struct Host { void *p; size_t size; int node; } Host;
 
 static Ctx ctxs[MAXGPU];
 static __thread Ctx *current;
@@ -178,6 +180,9 @@ static int load_model(void) {
         }
     }
     fclose(f);
+    /* seeded per host by the model, and per process: two runs on one host differ as two
+       measurements do, so a before and an after are never the same samples */
+    M.seed ^= (unsigned)getpid() * 2654435761u;
     return 1;
 }
 
@@ -188,10 +193,17 @@ static double noisy(double x) {
     return x * (1.0 + M.noise * u);
 }
 
+/* the node of the lab CPU the site hook placed this thread on; else of the CPU it runs on
+   (a test that pins a thread to a real CPU its model names); -1 where the model has none */
+static int thread_node(void) {
+    int cpu = thread_cpu >= 0 ? thread_cpu : sched_getcpu();
+    return cpu < 0 || cpu >= MAXCPU ? -1 : M.cpu_node[cpu];
+}
+
+/* whether the calling CPU is on another node than the GPU (launches and waits) */
 static int remote_cpu(const Gpu *g) {
-    if (thread_cpu < 0 || thread_cpu >= MAXCPU || g->node < 0) return 0;
-    int n = M.cpu_node[thread_cpu];
-    return n >= 0 && n != g->node;
+    int n = thread_node();
+    return g->node >= 0 && n >= 0 && n != g->node;
 }
 
 static void spin_us(double us) {
@@ -442,7 +454,10 @@ int cuMemHostAlloc(void **p, size_t size, unsigned flags) {
     void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
     Host *h = calloc(1, sizeof *h);
-    h->p = m; h->size = size;
+    /* the pages come from the allocating thread's node (the kernel's default policy: local
+       allocation, Documentation/admin-guide/mm/numa_memory_policy.rst), which is where a
+       copy's DMA then reads or writes them */
+    h->p = m; h->size = size; h->node = thread_node();
     ADD(hosts, h);
     *p = m;
     return CUDA_SUCCESS;
@@ -592,20 +607,27 @@ static int copy_checks(void *s, Stream **x) {
     return CUDA_SUCCESS;
 }
 
+/* whether a pinned buffer lives on another node than the GPU: its copies cross the sockets */
+static int remote_memory(const Gpu *g, const Host *h) {
+    return g->node >= 0 && h->node >= 0 && h->node != g->node;
+}
+
 int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s) {
     Stream *x; int r = copy_checks(s, &x); if (r) return r;
     FAIL("cuMemcpyHtoDAsync_v2");
-    if (!find_alloc(dst, n) || !find_host(src, n)) return CUDA_ERROR_INVALID_VALUE;
+    Host *h = find_host(src, n);
+    if (!find_alloc(dst, n) || !h) return CUDA_ERROR_INVALID_VALUE;
     Gpu *g = &M.gpu[current->dev];
-    return copy(x, (double)n, g->h2d[remote_cpu(g)], g->share >= 0 ? 2 * g->share : -1);
+    return copy(x, (double)n, g->h2d[remote_memory(g, h)], g->share >= 0 ? 2 * g->share : -1);
 }
 
 int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s) {
     Stream *x; int r = copy_checks(s, &x); if (r) return r;
     FAIL("cuMemcpyDtoHAsync_v2");
-    if (!find_alloc(src, n) || !find_host(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+    Host *h = find_host(dst, n);
+    if (!find_alloc(src, n) || !h) return CUDA_ERROR_INVALID_VALUE;
     Gpu *g = &M.gpu[current->dev];
-    return copy(x, (double)n, g->d2h[remote_cpu(g)], g->share >= 0 ? 2 * g->share + 1 : -1);
+    return copy(x, (double)n, g->d2h[remote_memory(g, h)], g->share >= 0 ? 2 * g->share + 1 : -1);
 }
 
 int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s) {

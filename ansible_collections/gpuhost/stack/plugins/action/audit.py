@@ -38,6 +38,15 @@ options:
     description: Also return everything the facts module read, as the fact C(gpuhost).
     type: bool
     default: false
+  prove:
+    description:
+      - After the audit, measure the host's paths with M(gpuhost.stack.measure) (its options
+        gpus, repeats, bytes, time_limit, force, busy_percent) and hold each against its
+        physical limit (I(threshold), 0.85, for the PCIe paths; I(memory_threshold), 0.70, for a
+        copy inside a GPU's memory), returned as the fact C(gpuhost_proof) (docs/report.schema.json,
+        a host's C(proof)). Without it, the host variable C(gpuhost_prove) (what C(gpuhost
+        prove) sets) says the same; an audit alone never measures.
+    type: dict
 author: gpuhost
 """
 
@@ -74,6 +83,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain, reboot_record
+from ansible_collections.gpuhost.stack.plugins.module_utils.pathproof import MEMORY_THRESHOLD, judge as judge_paths
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
     BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, render_waivers, settings_from)
 
@@ -117,6 +127,7 @@ class ActionModule(ActionBase):
         args = self._task.args
         report = args.get("report")
         plans, as_json = True, False
+        prove = args.get("prove")
         if args.get("settings") is not None:
             settings = plain(args["settings"])
         else:
@@ -144,6 +155,7 @@ class ActionModule(ActionBase):
             # types node by node for the callbacks: some 5 ms of its CPU a host as facts, next
             # to nothing as one string
             as_json = boolean(values.get("gpuhost_report_json", False), strict=False)
+            prove = prove or values.get("gpuhost_prove")
         probed = self._execute_module(module_name="gpuhost.stack.facts", task_vars=task_vars,
                                       module_args={"cuda_paths": list(settings.get("guest_cuda_paths") or [])})
         if probed.get("failed") or probed.get("unreachable"):
@@ -157,9 +169,15 @@ class ActionModule(ActionBase):
         summary = report_facts(facts)
         if not plans:
             findings = {cid: {k: v for k, v in f.items() if k != "fix"} for cid, f in findings.items()}
+        proved = None
+        if prove:
+            # measured after the host was read, never during: the probe's reads stay what an
+            # audit reads, and a failed measurement costs the proof only, not the findings
+            proved = self.prove(prove, facts, findings, task_vars)
         if as_json:
             result.update(changed=False, gpuhost_report=json.dumps(
-                {"findings": findings, "summary": summary, "reboot_required": reboot}, sort_keys=True))
+                {"findings": findings, "summary": summary, "reboot_required": reboot,
+                 **({"proof": proved} if proved is not None else {})}, sort_keys=True))
         else:
             # what a reboot now would be for, written on the host before it
             record = reboot_record(findings, (facts.get("boot") or {}).get("boot_id"),
@@ -168,6 +186,7 @@ class ActionModule(ActionBase):
             result.update(changed=False,
                           ansible_facts={"gpuhost_findings": findings, "gpuhost_reboot_required": reboot,
                                          "gpuhost_reboot_record": record, "gpuhost_summary": summary,
+                                         **({"gpuhost_proof": proved} if proved is not None else {}),
                                          **({"gpuhost": facts} if args.get("facts") else {})})
         if report:
             host = task_vars.get("inventory_hostname")
@@ -175,6 +194,26 @@ class ActionModule(ActionBase):
                                                                    "facts": summary}}},
                                        "per_host": False, "aggregate": True}
         return result
+
+    MEASURE_ARGS = ("gpus", "repeats", "bytes", "time_limit", "force", "busy_percent")
+
+    def prove(self, how, facts: dict, findings: dict, task_vars) -> dict:
+        """Measure the host's paths (M(gpuhost.stack.measure)) and hold each against its limit."""
+        how = dict(how) if isinstance(how, dict) else {}
+        measured = self._execute_module(module_name="gpuhost.stack.measure", task_vars=task_vars,
+                                        module_args={k: how[k] for k in self.MEASURE_ARGS if k in how})
+        if measured.get("failed") or measured.get("unreachable"):
+            return {"method": "measured", "paths": [], "gpus": [],
+                    "error": str(measured.get("msg") or "the measurement failed").splitlines()[0],
+                    "conclusion": "not measured"}
+        try:
+            return judge_paths(measured.get("measurement") or {}, facts, findings,
+                               threshold=float(how.get("threshold", 0.85)),
+                               memory_threshold=float(how.get("memory_threshold", MEMORY_THRESHOLD)))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            # the proof fails alone: the host's findings still come back
+            return {"method": "measured", "paths": [], "gpus": [], "conclusion": "not judged",
+                    "error": "judging the measurement failed: %s: %s" % (type(exc).__name__, exc)}
 
     def host_variables(self, task_vars: dict) -> dict:
         """Every gpuhost_* variable of this host, rendered and checked (a misspelt one is bad

@@ -102,17 +102,25 @@ def farthest_node(sysfs, node, nodes):
     return max(others, key=lambda n: (dist[n] if n < len(dist) else 0, -n))
 
 
-def busy_gpus(run=subprocess.run, threshold=5):
+def run_command(argv):
+    """(rc, stdout, stderr) of a command, as AnsibleModule.run_command gives them."""
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=30, env=dict(os.environ, LC_ALL="C"))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def busy_gpus(run=run_command, threshold=5):
     """{bus id (lower case, 4-digit domain): why it counts as in use} from nvidia-smi: any
-    compute process on it, or utilisation above *threshold* percent. Raises OSError or
-    ValueError where nvidia-smi cannot say."""
+    compute process on it, or utilisation above *threshold* percent. Raises ValueError where
+    nvidia-smi cannot say."""
     def query(args):
-        proc = run(["nvidia-smi"] + args + ["--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
-        if proc.returncode != 0:
-            raise ValueError("nvidia-smi %s exited %d: %s" % (args[0], proc.returncode,
-                                                              (proc.stderr or proc.stdout).strip()[:200]))
-        return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
+        rc, out, err = run(["nvidia-smi"] + args + ["--format=csv,noheader,nounits"])
+        if rc != 0:
+            raise ValueError("nvidia-smi %s exited %d: %s" % (args[0], rc, (err or out).strip()[:200]))
+        return [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
 
     def bus(text):
         return text.lower()[-12:]           # nvidia-smi prints 00000000:01:00.0
@@ -429,7 +437,7 @@ class Measurement:
 
 
 def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_limit=60.0, force=False,
-            busy_percent=5, sysfs="/sys", busy=None):
+            busy_percent=5, sysfs="/sys", run=run_command):
     """The whole measurement of this host, as one plain dict (see the module's RETURN)."""
     started = time.monotonic()
     m = Measurement(drv, repeats=repeats, nbytes=nbytes, time_limit=time_limit, sysfs=sysfs)
@@ -448,9 +456,9 @@ def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_li
         nodes = node_cpus(sysfs)
         out["cpus"] = {str(k): v for k, v in sorted(nodes.items())}
         try:
-            in_use = busy() if busy is not None else busy_gpus(threshold=busy_percent)
+            in_use = busy_gpus(run, threshold=busy_percent)
             unknown = None
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        except ValueError as exc:
             in_use, unknown = {}, "cannot tell whether it is in use: %s" % exc
         for g in m.gpus:
             why = in_use.get(g.bus_id) or unknown
@@ -479,6 +487,9 @@ def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_li
                 except cu.CudaError as exc:
                     m.record("gpu_to_gpu", a, "GB/s", error=str(exc), peer=b.index, peer_bus_id=b.bus_id)
         m.all_gpus_path(ready, nodes)
+    except Interrupted as exc:
+        # a signal: what was measured so far stays in the result, the rest is given back below
+        out["interrupted"] = str(exc)
     finally:
         out["gpus"] = [{"index": g.index, "bus_id": g.bus_id, "name": g.name, "numa_node": g.node,
                         **({"refused": g.refused} if g.refused else {}),

@@ -24,7 +24,7 @@ CHECKED_VARS = tuple(p.name for p in REGISTRY.params if p.checked)
 # set by gpuhost itself or its lab, never a user's typo
 INTERNAL_VARS = ("gpuhost_apply", "gpuhost_inventory_checked", "gpuhost_stop_file", "gpuhost_reboot_timeout",
                  "gpuhost_lock_timeout", "gpuhost_run_holder", "gpuhost_run", "gpuhost_report_stats",
-                 "gpuhost_fix_plans", "gpuhost_report_json",
+                 "gpuhost_fix_plans", "gpuhost_report_json", "gpuhost_prove",
                  # what the roles set (facts of the audit action, a fix include's control)
                  "gpuhost_findings", "gpuhost_summary", "gpuhost_reboot_required", "gpuhost_reboot_record",
                  "gpuhost_control")
