@@ -204,7 +204,7 @@ def gpuhost(*args: str, cwd: Path | None = None, timeout: float = 600) -> Gpuhos
     with tempfile.TemporaryDirectory(prefix="gpuhost-test-") as tmp:
         report_path = Path(tmp) / "report.json"
         argv = [sys.executable, "-m", "gpuhost.cli", *args]
-        if args and args[0] in ("audit", "fix") and "--json" not in args:
+        if args and args[0] in ("audit", "fix", "prove") and "--json" not in args:
             argv += ["--json", str(report_path)]
         with ci_stdin() as stdin:
             proc = subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp)

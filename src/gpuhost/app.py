@@ -94,7 +94,7 @@ class App:
 
     # ---- running ----------------------------------------------------------------------------
     def play(self, title: str, inventory, check: bool, limit: str | None, extra: dict | None = None,
-             playbook: str = "audit.yml", tags: list[str] | None = None) -> RunResult:
+             playbook: str = "audit.yml", tags: list[str] | None = None, forks: int | None = None) -> RunResult:
         """Run one of gpuhost's playbooks: audit.yml (read and judge, one task per host),
         site.yml (with check, every fix previewed; without, applied) or reboot.yml."""
         audit = playbook == "audit.yml"
@@ -114,7 +114,7 @@ class App:
 
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
-            flags = list(self.o.connection)
+            flags = list(self.o.connection) + (["--forks", str(forks)] if forks else [])
             tags = tags or (self.o.controls if playbook == "site.yml" else None)
             if tags:
                 # each control's tasks carry its ID as a tag (and everything else is `always`):
@@ -219,12 +219,21 @@ class App:
         return self.finish("audit", hosts)
 
     def measure(self, title: str, inventory, limit: str | None) -> dict[str, dict]:
-        """Audit and measure every host (audit.yml with gpuhost_prove): host -> its report."""
+        """Audit and measure every host (audit.yml with gpuhost_prove): host -> its report.
+
+        Hosts first, then the containers among them one at a time: a container shares its
+        host's GPUs, and two measurements of one GPU at once would each see half of it
+        (neither can see the other's process through nvidia-smi across PID namespaces)."""
         # the measurement's own bound, and a minute for the audit before it and the way back
         self.o.task_timeout = max(self.o.task_timeout, int(self.o.prove.get("time_limit", 60)) + 60) if self.o.task_timeout else 0
         result = self.play(title, inventory, check=True, limit=limit,
-                           extra={"gpuhost_fix_plans": False, "gpuhost_prove": self.o.prove})
+                           extra={"gpuhost_fix_plans": False, "gpuhost_prove": {**self.o.prove, "where": "hosts"}})
         hosts = self.hosts_from(result, result.hosts)
+        guests = sorted(n for n, h in hosts.items() if (h.get("facts") or {}).get("container") and h.get("proof"))
+        if guests and not self.interrupted:
+            again = self.play(f"{title} (containers)", inventory, check=True, limit=",".join(guests), forks=1,
+                              extra={"gpuhost_fix_plans": False, "gpuhost_prove": {**self.o.prove, "where": "containers"}})
+            hosts.update(self.hosts_from(again, guests))
         for h in hosts.values():
             h["changed"] = []
         return hosts

@@ -168,7 +168,8 @@ def exit_code(report: dict) -> int:
     statuses = {f["status"] for h in hosts for f in h["findings"]}
     # a proof: a path that could not be measured is a failed task; one below its limit, or a
     # GPU refused because it is in use, a finding
-    verdicts = {p.get("verdict") for h in hosts for p in (h.get("proof") or {}).get("paths") or []}
+    verdicts = {p.get("verdict") for h in hosts for p in (h.get("proof") or {}).get("paths") or []
+                if p.get("numa") != "remote" or (h.get("proof") or {}).get("in_container")}
     if "error" in statuses or "error" in verdicts or any((h.get("proof") or {}).get("error") for h in hosts):
         return EXIT_UNREACHABLE
     if statuses & set(FAILING) or verdicts & {"below", "refused"}:

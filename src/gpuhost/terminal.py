@@ -193,7 +193,9 @@ def effect_lines(proof: dict) -> list[Text]:
         after = sorted(r["after"] for r in rows)[len(rows) // 2]
         what = path + (f" ({numa})" if numa in ("remote",) else "")
         count = len({(r.get("gpu"), r.get("peer")) for r in rows})
-        t = Text(f"  {cid}: {what}, {count} {'pair' if path.startswith('gpu_to_gpu') else 'GPU'}{'s' if count != 1 else ''}: "
+        which = ("all GPUs" if path == "host_to_all_gpus" else
+                 f"{count} {'pair' if path.startswith('gpu_to_gpu') else 'GPU'}{'s' if count != 1 else ''}")
+        t = Text(f"  {cid}: {what}, {which}: "
                  f"{_figure(before, unit)} → {_figure(after, unit)} ({(after - before) / before * 100:+.0f}%): ")
         verdicts = {}
         for r in rows:

@@ -101,9 +101,27 @@ class SeedFix:
         self.ct130 = lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf")
         self.boot_id = lab.status("pve-gpu1")["boot_id"]
 
+    def proved(self, report: dict) -> None:
+        """After `gpuhost prove`: every path modelled, against its limit; the IOMMU translating
+        host DMA leaves the GPUs no peer access, so every pair goes through the host; the
+        container measured from its own CPU set, after its host."""
+        assert report["mode"] == "prove"
+        host, guest = report["hosts"]["pve-gpu1"]["proof"], report["hosts"]["llm-two"]["proof"]
+        assert host["method"] == guest["method"] == "modelled"
+        assert host["conclusion"] == "below 85% of the limit: gpu_to_gpu 28 of 28, all through the host"
+        pairs = [p for p in host["paths"] if p["path"] == "gpu_to_gpu"]
+        assert len(pairs) == 28 and all("iommu.mode" in [a.get("control") for a in p["attribution"]] for p in pairs)
+        local = [p for p in host["paths"] if p["path"] == "host_to_gpu" and p["numa"] == "local"]
+        assert len(local) == 8 and all(p["verdict"] == "ok" for p in local)
+        assert guest["in_container"] is True and host["in_container"] is False
+        # the container's CPU set: cores: 96, drawn at random over both nodes at its start
+        assert sum(len(c) for c in guest["cpus"].values()) == 96 and len(guest["cpus"]) == 2
+
     def fixed(self, report: dict) -> None:
         """After `gpuhost fix --yes --reboot if-needed`, from its JSON report and the host."""
         lab = self.lab
+        if "proof" in report["hosts"]["pve-gpu1"]:
+            self.fixed_proof(report["hosts"]["pve-gpu1"]["proof"])
         run = GpuhostRun(subprocess.CompletedProcess([], 0, "", ""), report)
         assert report["mode"] == "fix"
         # every control pass, or na where it does not apply (the seed's GPUs report no power limits)
@@ -127,6 +145,24 @@ class SeedFix:
         # each edit keeps a copy, the first one the file as it was before gpuhost
         assert lab.out("pve-gpu1", "cat \"$(ls /var/backups/gpuhost/cmdline.* | sort | head -n 1)\"") == \
             "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet"
+
+    @staticmethod
+    def fixed_proof(proof: dict) -> None:
+        """fix --prove: each fix that ran, with the paths it bears on before and after (modelled)."""
+        effects: dict[tuple[str, str], set[str]] = {}
+        for e in proof["effects"]:
+            effects.setdefault((e["control"], e["path"]), set()).add(e["verdict"])
+        # MaxReadReq moves no copy (the model follows the measurement that found none)
+        assert effects[("pcie.mrrs", "host_to_gpu")] == {"no measurable effect"}
+        assert effects[("pcie.mrrs", "gpu_to_host")] == {"no measurable effect"}
+        # shallow idle states: the wait for a kernel's completion is shorter (timed by the wall
+        # clock, as on a real host: a busy test machine may blur a GPU's runs into each other)
+        assert "better" in effects[("cpu.cstates", "launch_sync")] and "worse" not in effects[("cpu.cstates", "launch_sync")]
+        # iommu=pt: the pairs get peer access
+        assert effects[("iommu.mode", "gpu_to_gpu")] == {"better"}
+        assert "kernel.version" in proof["unmeasured_fixes"]
+        assert proof["conclusion"] == "the host delivers its hardware's limits; what remains is in the software"
+        assert proof["before"]["conclusion"] == "below 85% of the limit: gpu_to_gpu 28 of 28, all through the host"
 
     def verified(self, stdout: str) -> None:
         """After `gpuhost verify`: the host passes, the container's host-level controls are skipped with the reason."""

@@ -31,6 +31,15 @@ def test_a_move_beyond_the_spread_is_better_or_worse_in_the_paths_own_sense():
     assert proof.effect([6.0, 6.1, 5.9], [9.0, 9.1, 8.9], higher_is_better=False)["verdict"] == "worse"
 
 
+def test_a_small_move_or_overlapping_runs_are_no_measurable_effect():
+    # 1.5 % with tight repeats: under the 2 % floor
+    assert proof.effect([55.0, 55.01, 55.02], [55.8, 55.82, 55.81])["verdict"] == "no measurable effect"
+    # 10 % between the medians, but one repeat of each run reaches into the other's
+    assert proof.effect([50.0, 50.1, 56.0], [55.0, 55.1, 55.2])["verdict"] == "no measurable effect"
+    # clear of twice the spread and apart: an effect
+    assert proof.effect([50.0, 50.5, 50.2], [55.0, 55.3, 55.1])["verdict"] == "better"
+
+
 def test_every_verdict_says_how_its_figures_were_got():
     assert proof.effect([1.0, 1.0], [2.0, 2.0], how="modelled")["how"] == "modelled"
     with pytest.raises(ValueError):

@@ -942,6 +942,10 @@ class GuestMachine:
         self.tree.attr("ctl/nvidia.json", lambda: (json.dumps(parent.nvidia_view(spec.nvidia.userspace if spec.nvidia else None)) + "\n").encode())
         self.tree.attr("ctl/nvidia-persistence", lambda: text(json.dumps(parent.persistence)), self._read_only)
         self.tree.attr("ctl/nvidia-power-limit", lambda: text(json.dumps(parent.power_limit)), self._read_only)
+        # what its threads may run on (a container's affinity is its cgroup's CPU set) and the
+        # model its libcuda.so.1 times the parent's GPUs by
+        self.tree.attr("ctl/cpuset", lambda: text(cpulist(parent.ct_cpus.get(spec.lxc_vmid) or [])))
+        self.tree.attr("ctl/cuda-model", lambda: cudamodel.model_text(parent).encode())
         # the host's nodes, as a container that is given them all sees them
         self.tree.attr("ctl/dev", lambda: "".join(f"{p} {ma} {mi}\n" for p, ma, mi in parent.dev_nodes()).encode())
         self.tree.attr("proc/sys/kernel/random/boot_id", lambda: text(self.boot_id))

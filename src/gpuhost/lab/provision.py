@@ -177,9 +177,9 @@ def install_shims(root: Path, spec: AnySpec) -> None:
         _sync(src / name, root / dest, 0o755)
     # Python's view of the kernel release (the system Python's site-packages runs .pth lines)
     _install_site_hook(root, "gpuhost_lab_uname")
-    if nvidia and not spec.is_guest:
-        # the driver's library, answering from the lab's model, and the host's CPUs for
-        # the threads that place themselves to measure through it
+    if nvidia:
+        # the driver's library (a container's NVIDIA userspace brings its own), answering from
+        # the lab's model, and the host's CPUs for the threads that place themselves to measure
         _sync(lab_libcuda(), root / LIBCUDA, 0o644)
         _install_site_hook(root, "gpuhost_lab_sched")
     install_bytecode_cache(root, bytecode_cache() is not None)

@@ -2,7 +2,8 @@
 
 A lab host shows its own CPUs in /sys (128 on the seed host) while its processes run on the
 lab machine's few. Python's affinity calls here answer in the host's CPUs instead, per
-thread as the kernel's do: a thread may run on the host's online CPUs until it is placed,
+thread as the kernel's do: a thread may run on the host's online CPUs (a container's on its
+CPU set) until it is placed,
 and placing it on CPUs the host does not have fails with EINVAL as sched_setaffinity(2)
 does. The lab's libcuda.so.1 is told the first CPU of the new set, which is where the
 measurement's copies and launches then come from. The host's site-packages loads this
@@ -17,10 +18,18 @@ _real_get, _real_set = os.sched_getaffinity, os.sched_setaffinity
 
 
 def _online():
-    try:
-        with open("/sys/devices/system/cpu/online") as f:
-            text = f.read().strip()
-    except OSError:
+    """The CPUs this host's threads may run on: a container's CPU set (the lab writes it to
+    /run/gpuhost-lab/cpuset), else the host's online CPUs."""
+    text = None
+    for path in ("/run/gpuhost-lab/cpuset", "/sys/devices/system/cpu/online"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text:
+            break
+    if not text:
         return None
     cpus = set()
     for part in text.split(","):

@@ -200,6 +200,12 @@ class ActionModule(ActionBase):
     def prove(self, how, facts: dict, findings: dict, task_vars) -> dict:
         """Measure the host's paths (M(gpuhost.stack.measure)) and hold each against its limit."""
         how = dict(how) if isinstance(how, dict) else {}
+        # gpuhost prove measures hosts first, then their containers one at a time
+        # (App.measure): the pass that is not this host's leaves it alone
+        contained = bool((facts.get("container") or {}).get("in_container"))
+        if how.get("where") == ("containers" if not contained else "hosts"):
+            return {"method": "measured", "paths": [], "gpus": [], "deferred": True,
+                    "conclusion": "measured in the %s pass" % ("containers'" if contained else "hosts'")}
         measured = self._execute_module(module_name="gpuhost.stack.measure", task_vars=task_vars,
                                         module_args={k: how[k] for k in self.MEASURE_ARGS if k in how})
         if measured.get("failed") or measured.get("unreachable"):

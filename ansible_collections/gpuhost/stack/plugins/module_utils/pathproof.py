@@ -22,8 +22,8 @@ from ansible_collections.gpuhost.stack.plugins.module_utils import limits, proof
 
 # the controls whose state bears on a path, by path (attribution)
 BEARING = {
-    "host_to_gpu": ("pcie.link", "iommu.mode", "pcie.mrrs"),
-    "gpu_to_host": ("pcie.link", "iommu.mode", "pcie.mrrs"),
+    "host_to_gpu": ("pcie.link", "iommu.mode", "pcie.mrrs", "lxc.cpuset", "numa.gpu_affinity"),
+    "gpu_to_host": ("pcie.link", "iommu.mode", "pcie.mrrs", "lxc.cpuset", "numa.gpu_affinity"),
     "host_to_all_gpus": ("pcie.link", "iommu.mode"),
     "launch": ("cpu.driver", "cpu.governor", "cpu.boost", "cpu.cstates"),
     "launch_sync": ("cpu.driver", "cpu.governor", "cpu.boost", "cpu.cstates"),
@@ -42,6 +42,8 @@ NOT_PASSING = ("drift", "manual", "error", "pending_reboot")
 # controls judged per PCI device: they bear on a path only where their finding names one of the
 # path's GPUs (a GPU's narrow link says nothing of two others' peer copies)
 PER_DEVICE = ("pcie.link", "pcie.mrrs", "pcie.bar1")
+# what decides whether two GPUs get peer access: moot for a pair that got it
+PEER_ACCESS = ("nvidia.p2p", "pcie.acs", "iommu.mode")
 SOFTWARE_SENTENCE = "the host delivers its hardware's limits; what remains is in the software"
 
 
@@ -119,7 +121,10 @@ def _attribution(row, findings, facts):
     """The findings and facts that bear on a path, worst first: controls not passing, and the
     placement facts the measurement itself shows."""
     out = []
-    if row.get("numa") == "remote":
+    if row.get("numa") == "remote" and in_container(facts):
+        out.append({"fact": "container CPU set", "why": "this container's CPU set includes CPUs on node %s, off the "
+                    "GPU's node: its threads run there too (lxc.cpuset on its host)" % row.get("cpu_node")})
+    elif row.get("numa") == "remote":
         out.append({"fact": "numa", "why": "the copy ran from a CPU on node %s, the GPU is on another node: what a "
                     "process placed off the GPU's node gets (numa.gpu_affinity, lxc.cpuset)" % row.get("cpu_node")})
     if row["path"] == "host_to_all_gpus":
@@ -135,9 +140,22 @@ def _attribution(row, findings, facts):
         text = "%s %s" % (f.get("observed") or "", f.get("message") or "")
         if cid in PER_DEVICE and not any(g and g in text for g in gpus):
             continue
+        if row.get("via") == "peer" and cid in PEER_ACCESS:
+            continue
         if f.get("status") in NOT_PASSING:
             out.append({"control": cid, "status": f["status"], "why": f.get("observed") or f.get("message") or ""})
     return out
+
+
+def in_container(facts):
+    return bool((facts.get("container") or {}).get("in_container"))
+
+
+def counts(row, facts):
+    """Whether a path row counts toward the host's conclusion: a copy from a CPU off the GPU's
+    node is a reference on a host (nothing need run there), and real inside a container whose
+    CPU set holds that CPU (its threads run anywhere in the set)."""
+    return row.get("numa") != "remote" or in_container(facts)
 
 
 def judge(measurement, facts, findings, threshold=0.85, memory_threshold=MEMORY_THRESHOLD):
@@ -145,7 +163,8 @@ def judge(measurement, facts, findings, threshold=0.85, memory_threshold=MEMORY_
     all GPUs at once), *memory_threshold* a copy inside a GPU's memory."""
     how = "modelled" if measurement.get("method") == "modelled" else "measured"
     section = {"method": how, "threshold": threshold, "memory_threshold": memory_threshold, "paths": [],
-               "gpus": measurement.get("gpus") or []}
+               "gpus": measurement.get("gpus") or [], "in_container": in_container(facts),
+               "cpus": measurement.get("cpus") or {}}
     for key in ("na", "error", "driver_version", "elapsed_s", "pinned_peak_bytes", "out_of_time", "repeats", "bytes"):
         if key in measurement:
             section[key] = measurement[key]
@@ -175,14 +194,15 @@ def judge(measurement, facts, findings, threshold=0.85, memory_threshold=MEMORY_
                                          memory_threshold if row["path"] == "gpu_memory" else threshold)
             out["fraction"], out["verdict"] = share, word
         out["attribution"] = _attribution(row, findings, facts) if out["verdict"] in ("below", "not judged") else []
-        if out["verdict"] == "below" and row.get("numa") != "remote":
+        if out["verdict"] == "below" and counts(row, facts):
             short.append(out)
         section["paths"].append(out)
     for g in section["gpus"]:
         if g.get("refused"):
             section["paths"].append({"path": "all", "gpu": g["index"], "bus_id": g["bus_id"], "method": how,
                                      "verdict": "refused", "error": "not measured: " + g["refused"]})
-    judged = [p for p in section["paths"] if p["verdict"] in ("ok", "below") and p.get("numa") != "remote"]
+    judged = [p for p in section["paths"] if p["verdict"] in ("ok", "below") and counts(p, facts)]
+    section["counted"] = len(judged)
     errors = [p for p in section["paths"] if p["verdict"] in ("error", "refused")]
     if short:
         section["conclusion"] = "below %d%% of the limit: %s" % (round(threshold * 100), "; ".join(

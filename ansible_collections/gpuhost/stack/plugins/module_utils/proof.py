@@ -14,6 +14,13 @@ __metaclass__ = type
 
 HOW = ("measured", "modelled")
 
+# The smallest move counted as an effect: five repeats' range understates how far a second
+# run's median lands from the first (two runs of one copy on one machine differ by a percent
+# or two), so a move must also clear twice the larger spread, and the two runs' samples must
+# not overlap. Assumed, not measured: on a real GPU host the floor is to be checked against
+# two runs of `gpuhost prove` with nothing changed between them.
+MIN_EFFECT = 0.02
+
 
 def summary(samples):
     """{n, median, min, max, spread}: *spread* is the range over the median, how much the
@@ -31,15 +38,17 @@ def summary(samples):
 
 def effect(before, after, higher_is_better=True, how="measured"):
     """The verdict on one path: {before, after, change, noise, verdict, how}. *change* is the
-    median's relative move; *noise* the larger of the two spreads. Within the noise: "no
+    median's relative move; *noise* what a move must clear: twice the larger of the two
+    spreads, and MIN_EFFECT at least. Within it, or where the two runs' samples overlap: "no
     measurable effect"; beyond it "better" or "worse" in the path's own sense (a bandwidth is
     better higher, a latency lower)."""
     if how not in HOW:
         raise ValueError("how: %r is neither measured nor modelled" % (how,))
     b, a = summary(before), summary(after)
     change = (a["median"] - b["median"]) / b["median"]
-    noise = max(b["spread"], a["spread"])
-    if abs(change) <= noise:
+    noise = max(2 * max(b["spread"], a["spread"]), MIN_EFFECT)
+    apart = a["min"] > b["max"] or a["max"] < b["min"]
+    if abs(change) <= noise or not apart:
         word = "no measurable effect"
     else:
         word = "better" if (change > 0) == bool(higher_is_better) else "worse"
