@@ -25,6 +25,32 @@ def facts_line(h: dict) -> str:
     return " · ".join(str(p) for p in parts if p)
 
 
+def proof_view(proof: dict) -> dict:
+    """A host's proof for the page: per path a bar against its limit (the threshold marked),
+    and each fix's before and after as two bars on one scale."""
+    from .terminal import _figure, effect_groups, path_name
+
+    rows = []
+    for p in proof.get("paths") or []:
+        unit = p.get("unit") or ""
+        lim = p.get("limit") or {}
+        rows.append({"name": path_name(p), "verdict": p["verdict"], "measured": _figure(p.get("median"), unit),
+                     "limit": _figure(lim.get("value"), lim.get("unit") or ""), "formula": lim.get("formula") or "",
+                     "pct": None if p.get("fraction") is None else round(p["fraction"] * 100),
+                     "bar": None if p.get("fraction") is None else min(100.0, p["fraction"] * 100),
+                     "threshold": round(100 * (proof.get("memory_threshold", 0.7) if p["path"] == "gpu_memory"
+                                               else proof.get("threshold", 0.85))),
+                     "why": p.get("error") or "; ".join(a.get("why") or a.get("control", "") for a in p.get("attribution") or [])})
+    effects = []
+    for g in effect_groups(proof):
+        top = max(g["before"], g["after"]) or 1
+        effects.append({**g, "before_text": _figure(g["before"], g["unit"]), "after_text": _figure(g["after"], g["unit"]),
+                        "before_bar": 100 * g["before"] / top, "after_bar": 100 * g["after"] / top,
+                        "verdict_text": ", ".join(f"{w} on {n}" for w, n in g["verdicts"])})
+    return {"method": proof.get("method", "measured"), "conclusion": proof.get("conclusion") or "", "rows": rows,
+            "effects": effects, "unmeasured": proof.get("unmeasured_fixes") or []}
+
+
 def context(report: dict) -> dict:
     hosts = report["hosts"]
     summary = rep.control_summary(report)
@@ -36,6 +62,7 @@ def context(report: dict) -> dict:
             key = "unreachable" if not h["reachable"] else "error"
             counts[key] = counts.get(key, 0) + 1
         view[name] = {**h, "gpus": h.get("gpus") or [], "error": h.get("error"), "facts_line": facts_line(h),
+                      "proof_view": proof_view(h["proof"]) if h.get("proof") else None,
                       "counts": [(s, counts[s]) for s in (*STATUSES, "unreachable") if s in counts],
                       "statuses": sorted(counts)}
     s = report["summary"]

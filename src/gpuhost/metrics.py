@@ -40,7 +40,45 @@ def registry(report: dict) -> CollectorRegistry:
           ["mode"], registry=reg).labels(mode=report["mode"]).set(
         max(0.0, _seconds(report["finished"]) - _seconds(report["started"])))
     Gauge("gpuhost_hosts", "Hosts in gpuhost's last run", registry=reg).set(len(report["hosts"]))
+    proof_gauges(report, reg)
     return reg
+
+
+def path_label(p: dict) -> str:
+    """A path as a label value: host_to_gpu_remote, gpu_to_gpu_host (a pair through the host)."""
+    name = p["path"]
+    if p.get("numa") == "remote":
+        name += "_remote"
+    if p.get("via") == "host":
+        name += "_via_host"
+    return name
+
+
+def proof_gauges(report: dict, reg: CollectorRegistry) -> None:
+    """gpuhost prove: what each path delivers and its share of the limit, so that a drift
+    watch alerts on lost capability, not only on settings. One series per host, path and GPU
+    (pair: gpu="0-1"; every GPU at once: gpu="all"); method says measured or modelled."""
+    rows = [(host, p, h["proof"].get("method", "measured")) for host, h in report["hosts"].items()
+            if h.get("proof") for p in h["proof"].get("paths") or [] if p.get("median") is not None]
+    if not rows:
+        return
+    labels = ["host", "path", "gpu", "method"]
+    bandwidth = Gauge("gpuhost_path_bandwidth_bytes", "What a path delivers, bytes per second (the median of the repeats)",
+                      labels, registry=reg)
+    latency = Gauge("gpuhost_path_latency_seconds", "A path's latency, seconds (the median of the repeats)",
+                    labels, registry=reg)
+    fraction = Gauge("gpuhost_path_fraction_of_limit", "A path's median over its physical limit",
+                     labels, registry=reg)
+    for host, p, method in rows:
+        gpu = ("all" if p.get("gpu") is None else
+               f"{p['gpu']}-{p['peer']}" if p.get("peer") is not None else str(p["gpu"]))
+        key = dict(host=host, path=path_label(p), gpu=gpu, method=method)
+        if p.get("unit") == "GB/s":
+            bandwidth.labels(**key).set(p["median"] * 1e9)
+        elif p.get("unit") == "us":
+            latency.labels(**key).set(p["median"] / 1e6)
+        if p.get("fraction") is not None:
+            fraction.labels(**key).set(p["fraction"])
 
 
 def write(report: dict, path: str) -> None:

@@ -179,28 +179,37 @@ def path_name(p: dict) -> str:
     return f"{p['path']} {where}" + (f" ({'; '.join(extra)})" if extra else "")
 
 
-def effect_lines(proof: dict) -> list[Text]:
-    """fix --prove: per fix that ran, each kind of path it bears on (GPUs together): the
-    medians before and after and the verdicts, e.g. "cpu.cstates: launch_sync, 8 GPUs:
-    810 us → 9.4 us (-99%): better on 8"."""
+def effect_groups(proof: dict) -> list[dict]:
+    """fix --prove: per fix that ran, each kind of path it bears on, its GPUs together: the
+    medians before and after (the median over GPUs) and how many GPUs got each verdict."""
     groups: dict[tuple, list[dict]] = {}
     for e in proof.get("effects") or []:
         groups.setdefault((e["control"], e["path"], e.get("numa"), e.get("unit")), []).append(e)
-    out = [Text("effect of each fix (before → after, the median over GPUs; within the spread: no measurable effect)",
-                style="dim")] if groups else []
+    out = []
     for (cid, path, numa, unit), rows in groups.items():
         before = sorted(r["before"] for r in rows)[len(rows) // 2]
         after = sorted(r["after"] for r in rows)[len(rows) // 2]
-        what = path + (f" ({numa})" if numa in ("remote",) else "")
         count = len({(r.get("gpu"), r.get("peer")) for r in rows})
         which = ("all GPUs" if path == "host_to_all_gpus" else
                  f"{count} {'pair' if path.startswith('gpu_to_gpu') else 'GPU'}{'s' if count != 1 else ''}")
-        t = Text(f"  {cid}: {what}, {which}: "
-                 f"{_figure(before, unit)} → {_figure(after, unit)} ({(after - before) / before * 100:+.0f}%): ")
-        verdicts = {}
+        verdicts: dict[str, int] = {}
         for r in rows:
             verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
-        for i, (word, n) in enumerate(sorted(verdicts.items(), key=lambda kv: -kv[1])):
+        out.append({"control": cid, "path": path + (f" ({numa})" if numa == "remote" else ""), "which": which,
+                    "unit": unit or "", "before": before, "after": after, "change": (after - before) / before,
+                    "verdicts": sorted(verdicts.items(), key=lambda kv: -kv[1])})
+    return out
+
+
+def effect_lines(proof: dict) -> list[Text]:
+    """e.g. "cpu.cstates: launch_sync, 8 GPUs: 25.1 us → 8.46 us (-66%): better on 8"."""
+    groups = effect_groups(proof)
+    out = [Text("effect of each fix (before → after, the median over GPUs; within the noise: no measurable effect)",
+                style="dim")] if groups else []
+    for g in groups:
+        t = Text(f"  {g['control']}: {g['path']}, {g['which']}: {_figure(g['before'], g['unit'])} → "
+                 f"{_figure(g['after'], g['unit'])} ({g['change'] * 100:+.0f}%): ")
+        for i, (word, n) in enumerate(g["verdicts"]):
             if i:
                 t.append(", ")
             t.append(f"{word} on {n}", style=VERDICT_STYLES.get(word, ""))

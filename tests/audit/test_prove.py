@@ -7,8 +7,11 @@ gpuhost's bookkeeping, never that a setting helps a real host."""
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree as ET
 
 import jsonschema
+import xmlschema
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, SPECS, gpuhost
 
@@ -23,7 +26,8 @@ def paths(report: dict, host: str, path: str, **where) -> list[dict]:
 def test_every_shortfall_with_what_bears_on_it(make_lab, tmp_path):
     lab = make_lab(SPECS / "prove-shortfalls.yml")
     disk = lab.disk("prove-shortfalls")
-    run = gpuhost("prove", "-i", str(lab.inventory), "--html", str(tmp_path / "r.html"))
+    run = gpuhost("prove", "-i", str(lab.inventory), "--html", str(tmp_path / "r.html"),
+                  "--prom", str(tmp_path / "m.prom"), "--junit", str(tmp_path / "r.xml"))
     assert run.rc == 2, run.stderr[-2000:]
     report = run.report
     jsonschema.validate(report, SCHEMA)
@@ -60,6 +64,21 @@ def test_every_shortfall_with_what_bears_on_it(make_lab, tmp_path):
     assert "gpu_to_gpu GPU0→GPU1 (host)" in run.stdout and "(modelled)" in run.stdout
     assert "prove-shortfalls: below 85% of the limit" in run.stdout
     assert lab.disk("prove-shortfalls") == disk, "prove writes nothing on the host"
+    # the other forms: a bar a path, gauges a drift watch alerts on, a testcase a path
+    html = (tmp_path / "r.html").read_text()
+    # six paths below, and GPU2's two copies from the other node (a reference)
+    assert "Paths against their limits (modelled)" in html and html.count('<div class="bar v-below"') == 8
+    gauges = {(s.name, s.labels["path"], s.labels["gpu"]): s for f in text_string_to_metric_families(
+        (tmp_path / "m.prom").read_text()) for s in f.samples if s.name.startswith("gpuhost_path_")}
+    narrow_gauge = gauges[("gpuhost_path_fraction_of_limit", "host_to_gpu", "2")]
+    assert narrow_gauge.labels["method"] == "modelled" and narrow_gauge.value == narrow["fraction"]
+    assert gauges[("gpuhost_path_bandwidth_bytes", "gpu_to_gpu_via_host", "0-1")].value == pair["median"] * 1e9
+    assert ("gpuhost_path_latency_seconds", "launch", "0") in gauges
+    xmlschema.XMLSchema(str(ROOT / "tests/real_data/junit/junit-10.xsd")).validate(str(tmp_path / "r.xml"))
+    cases = ET.parse(tmp_path / "r.xml").getroot().findall(".//testcase[@classname='prove-shortfalls.proof']")
+    failed = sorted(c.get("name") for c in cases if c.find("failure") is not None)
+    assert failed == ["gpu_to_gpu GPU0-GPU1 via host", "gpu_to_gpu GPU0-GPU2", "gpu_to_gpu GPU1-GPU2",
+                      "gpu_to_host GPU2", "host_to_all_gpus all", "host_to_gpu GPU2"], failed
 
     forced = gpuhost("prove", "-i", str(lab.inventory), "--force", "--gpus", "3")
     gpus = forced.report["hosts"]["prove-shortfalls"]["proof"]["gpus"]
