@@ -284,5 +284,10 @@ def oneline(report: dict, console) -> None:
         tally = ", ".join(f"{n} {s}" for s, n in rep.status_counts(h))
         word = "ERROR" if any(f["status"] == "error" for f in bad) else ("FAIL" if bad else "OK")
         failing = " ".join(f"{f['control']}={f['status']}" for f in bad)
-        console.print(Text(f"{name}: {word} {tally}" + (f": {failing}" if failing else "")),
+        proof = h.get("proof") or {}
+        if proof and not proof.get("deferred"):
+            failing += ("; " if failing else ": ") + f"paths ({proof.get('method', 'measured')}): {proof.get('conclusion', '')}"
+            if word == "OK" and rep.exit_code({"hosts": {name: h}}) != rep.EXIT_OK:
+                word = "FAIL"
+        console.print(Text(f"{name}: {word} {tally}" + (f": {failing}" if failing and not failing.startswith(": ") else failing)),
                       soft_wrap=True, highlight=False)

@@ -165,7 +165,8 @@ def judge(measurement, facts, findings, threshold=0.85, memory_threshold=MEMORY_
     section = {"method": how, "threshold": threshold, "memory_threshold": memory_threshold, "paths": [],
                "gpus": measurement.get("gpus") or [], "in_container": in_container(facts),
                "cpus": measurement.get("cpus") or {}}
-    for key in ("na", "error", "driver_version", "elapsed_s", "pinned_peak_bytes", "out_of_time", "repeats", "bytes"):
+    for key in ("na", "error", "driver_version", "elapsed_s", "pinned_peak_bytes", "pinned_left_bytes", "out_of_time",
+                "repeats", "bytes", "interrupted"):
         if key in measurement:
             section[key] = measurement[key]
     if "na" in measurement or "error" in measurement:
