@@ -239,9 +239,18 @@ class App:
         return hosts
 
     def prove(self) -> int:
-        """gpuhost prove: the audit, then every path of every host against its limit."""
-        hosts = self.measure("gpuhost prove", self.inventory(), self.o.limit)
-        return self.finish("prove", hosts)
+        """gpuhost prove: the audit, then every path of every host against its limit. SIGINT or
+        SIGTERM cuts the read-only play short: each host's measurement sees its SSH session
+        close, stops and gives its buffers back; the report says what was measured."""
+        inventory = self.inventory()
+        with self.interruptible("prove"):
+            hosts = self.measure("gpuhost prove", inventory, self.o.limit)
+        code = self.finish("prove", hosts)
+        if self.interrupted:
+            self.err.print(f"gpuhost prove: interrupted ({self.interrupted}): the measurements stopped and gave their "
+                           "buffers back; nothing was changed")
+            return 3
+        return code
 
     @staticmethod
     def with_effects(after: dict[str, dict], before: dict[str, dict], proved: dict[str, dict]) -> None:
@@ -387,10 +396,11 @@ class App:
         shown("")
 
     @contextlib.contextmanager
-    def interruptible(self):
+    def interruptible(self, verb: str = "fix"):
         """SIGINT and SIGTERM during a fix stop it from starting new changes: the change in
         flight finishes (dpkg is never killed; ansible-playbook runs in a session of its own
-        and never sees the signal), no host is rebooted, and the report still gets written."""
+        and never sees the signal), no host is rebooted, and the report still gets written.
+        A read-only play (an audit, a measurement) is cut short at once."""
         from ansible_collections.gpuhost.stack.plugins.module_utils.runs import scratch_dir
         tmp = scratch_dir("gpuhost-stop-")
         with contextlib.ExitStack() as cleanup:
@@ -401,7 +411,8 @@ class App:
                 if not self.interrupted:
                     self.interrupted = signal.Signals(signum).name
                     Path(stop).touch()
-                    self.err.print(f"gpuhost fix: {self.interrupted}: finishing the change in flight, starting no new one")
+                    self.err.print(f"gpuhost fix: {self.interrupted}: finishing the change in flight, starting no new one"
+                                   if verb == "fix" else f"gpuhost {verb}: {self.interrupted}: stopping")
                 else:
                     # again: never a kill mid-change (dpkg, a boot-loader refresh), but say what it waits for
                     left = self.still_running()

@@ -93,3 +93,28 @@ def test_bad_input_is_one_line_and_touches_no_host(tmp_path):
                        (["--gpus", "GPU0"], "--gpus: not a GPU index or PCI bus id: 'gpu0'")):
         run = gpuhost("prove", "-i", str(tmp_path / "none.yml"), *args)
         assert run.rc == 1 and run.stderr.strip().splitlines() == [f"error: {line}"], run.stderr
+
+
+def test_sigint_stops_the_measurements_and_says_so(make_lab, tmp_path):
+    """SIGINT mid-measurement: the read-only play is cut short, each host's measurement sees its
+    SSH session close and stops, the command says so in one line and exits 3."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    lab = make_lab(SPECS / "prove-shortfalls.yml")
+    report = tmp_path / "r.json"
+    # 3,000 repeats of each launch path: some 20 s of launches, cut after the audit
+    proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "prove", "-i", str(lab.inventory), "--repeats", "3000",
+                             "--json", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err[-2000:]
+    assert ("gpuhost prove: interrupted (SIGINT): the measurements stopped and gave their buffers back; "
+            "nothing was changed") in err
+    host = json.loads(report.read_text())["hosts"]["prove-shortfalls"]
+    assert "proof" not in host and host["error"] == "no report from the host (the play did not finish)"

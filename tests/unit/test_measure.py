@@ -315,7 +315,7 @@ def test_the_time_bound_leaves_the_rest_unmeasured(lab_gpus):
 def test_sigint_mid_measurement_gives_back_every_buffer_and_says_so(lab_gpus, tmp_path):
     """The module itself, as Ansible runs it (its arguments in a file), interrupted."""
     make, sysfs = lab_gpus
-    make(model().replace("launch_local=3", "launch_local=2000"))        # 2 ms a launch: long enough to interrupt
+    make(model().replace("launch_local=3 launch_remote=3.5", "launch_local=2000 launch_remote=2000"))   # 2 ms a launch
     lib = sorted(tmp_path.glob("lib*/libcuda.so.1"))[-1]
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"force": True, "bytes": 16 << 20}}))
@@ -329,6 +329,31 @@ def test_sigint_mid_measurement_gives_back_every_buffer_and_says_so(lab_gpus, tm
     assert result["failed"] is True
     assert result["msg"] == "measurement interrupted by SIGINT; pinned memory still held: 0 bytes"
     assert result["measurement"]["pinned_peak_bytes"] > 0 and result["measurement"]["pinned_left_bytes"] == 0
+
+
+def test_the_measurement_stops_when_its_caller_is_gone(lab_gpus, tmp_path):
+    """An Ansible module's standard output is its SSH session: closed, the module stops at its
+    next repeat instead of measuring on to the time bound (minutes here)."""
+    make, _ = lab_gpus
+    make(model().replace("launch_local=3 launch_remote=3.5", "launch_local=20000 launch_remote=20000"))  # 20 ms
+    lib = sorted(tmp_path.glob("lib*/libcuda.so.1"))[-1]
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"force": True, "bytes": 16 << 20, "time_limit": 600}}))
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib.parent), "PYTHONPATH": str(ROOT)}
+    module = ROOT / "ansible_collections/gpuhost/stack/plugins/modules/measure.py"
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, str(module), str(args)], stdout=write, env=env)
+    os.close(write)
+    time.sleep(1.0)
+    os.close(read)                          # the controller's end of the session is gone
+    try:
+        # measured to the end, GPU 0's launch paths alone would take 24 s and both GPUs' 48:
+        # it stops at the next repeat, a burst of 100 launches (2 s) later
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("the measurement went on after its caller had gone")
 
 
 def test_bad_arguments_are_one_line_and_measure_nothing(tmp_path):

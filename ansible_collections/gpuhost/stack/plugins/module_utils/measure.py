@@ -187,7 +187,7 @@ class Gpu:
 
 class Measurement:
     def __init__(self, drv, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_limit=60.0, sysfs="/sys",
-                 clock=time.monotonic):
+                 clock=time.monotonic, alive=None):
         self.drv, self.repeats, self.nbytes, self.sysfs = drv, repeats, nbytes, sysfs
         self.clock = clock
         self.deadline = clock() + time_limit
@@ -196,6 +196,7 @@ class Measurement:
         self.paths = []
         self.gpus = []
         self.out_of_time = False
+        self.alive = alive          # False once whoever asked for the measurement is gone
 
     # ---- placement ---------------------------------------------------------------------------
     @staticmethod
@@ -212,6 +213,9 @@ class Measurement:
         return Pin()
 
     def check_time(self):
+        """Between repeats: stop at the time bound, or when the caller has gone."""
+        if self.alive is not None and not self.alive():
+            raise Interrupted("the controller went away")
         if self.clock() > self.deadline:
             self.out_of_time = True
             raise OutOfTime("not measured: the time bound (%g s) was reached" % self.time_limit)
@@ -436,11 +440,21 @@ class Measurement:
         row.pop("bus_id", None)
 
 
+def stdout_open(fd=1):
+    """Whether this process's standard output still has a reader: an Ansible module's is the
+    SSH session, gone (POLLERR or POLLHUP) once the controller was interrupted or died."""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, 0)
+    return not any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, ev in poller.poll(0))
+
+
 def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_limit=60.0, force=False,
-            busy_percent=5, sysfs="/sys", run=run_command):
+            busy_percent=5, sysfs="/sys", run=run_command, alive=None):
     """The whole measurement of this host, as one plain dict (see the module's RETURN)."""
     started = time.monotonic()
-    m = Measurement(drv, repeats=repeats, nbytes=nbytes, time_limit=time_limit, sysfs=sysfs)
+    m = Measurement(drv, repeats=repeats, nbytes=nbytes, time_limit=time_limit, sysfs=sysfs, alive=alive)
     out = {"method": "modelled" if drv.modelled else "measured", "repeats": repeats, "bytes": nbytes,
            "time_limit_s": time_limit, "gpus": [], "paths": m.paths}
     try:

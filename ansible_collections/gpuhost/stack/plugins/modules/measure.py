@@ -18,7 +18,8 @@ description:
   - Changes no setting and supports check mode. A GPU with a compute process on it or busier
     than I(busy_percent) is refused unless I(force). The whole run stops at I(time_limit)
     seconds, what is left reported as not measured; pinned host memory is at most two copy
-    buffers a GPU; every buffer is given back on every way out, SIGINT and SIGTERM included.
+    buffers a GPU; every buffer is given back on every way out, SIGINT and SIGTERM included;
+    when the controller goes away (its SSH session closes), the measurement stops there.
   - The judgement against each path's physical limit is the action M(gpuhost.stack.audit)'s,
     with its I(prove) option (C(gpuhost prove)).
 options:
@@ -92,7 +93,8 @@ def main():
             return 127, "", str(exc)
     try:
         out = m.measure(drv, wanted=[w.lower() for w in p["gpus"]], repeats=p["repeats"], nbytes=p["bytes"],
-                        time_limit=p["time_limit"], force=p["force"], busy_percent=p["busy_percent"], run=run)
+                        time_limit=p["time_limit"], force=p["force"], busy_percent=p["busy_percent"], run=run,
+                        alive=m.stdout_open)
     except cudadrv.CudaError as exc:
         module.exit_json(changed=False, measurement={"error": str(exc), "paths": [], "gpus": []})
     if out.get("interrupted"):
