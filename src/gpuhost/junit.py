@@ -44,6 +44,9 @@ def path_case(suite: ET.Element, host: str, p: dict, in_container: bool = False)
     if p["verdict"] == "below" and p.get("numa") == "remote" and not in_container:
         ET.SubElement(case, "skipped", type="reference", message=f"a CPU off the GPU's node, for reference: {figure}")
         return "skipped"
+    if p["verdict"] == "wrong data":
+        ET.SubElement(case, "failure", type="wrong_data", message="the peer copy's bytes did not arrive").text = why
+        return "failures"
     if p["verdict"] == "below":
         ET.SubElement(case, "failure", type="below", message=f"below its limit: {figure}").text = \
             f"{figure}\n{p['limit']['formula']}\nbears on it: {why or 'nothing gpuhost checks'}"

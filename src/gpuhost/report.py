@@ -172,7 +172,7 @@ def exit_code(report: dict) -> int:
                 if p.get("numa") != "remote" or (h.get("proof") or {}).get("in_container")}
     if "error" in statuses or "error" in verdicts or any((h.get("proof") or {}).get("error") for h in hosts):
         return EXIT_UNREACHABLE
-    if statuses & set(FAILING) or verdicts & {"below", "refused"}:
+    if statuses & set(FAILING) or verdicts & {"below", "refused", "wrong data"}:
         return EXIT_FINDINGS
     return EXIT_OK
 

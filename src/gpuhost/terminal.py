@@ -157,7 +157,8 @@ def summary_line(report: dict) -> Text:
 
 
 VERDICT_STYLES = {"ok": "green", "below": "yellow", "not judged": "dim", "error": "red", "refused": "magenta",
-                  "better": "green", "worse": "red", "no measurable effect": "dim"}
+                  "wrong data": "red", "better": "green", "worse": "red", "no measurable effect": "dim",
+                  "now delivers its data": "green", "now loses its data": "red"}
 
 
 def _figure(value, unit: str) -> str:

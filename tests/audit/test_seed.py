@@ -103,14 +103,16 @@ class SeedFix:
 
     def proved(self, report: dict) -> None:
         """After `gpuhost prove`: every path modelled, against its limit; the IOMMU translating
-        host DMA leaves the GPUs no peer access, so every pair goes through the host; the
-        container measured from its own CPU set, after its host."""
+        host DMA drops the GPUs' peer writes (the driver still grants peer access), which the
+        check of what arrived catches on every pair; the container measured from its own CPU
+        set, after its host."""
         assert report["mode"] == "prove"
         host, guest = report["hosts"]["pve-gpu1"]["proof"], report["hosts"]["llm-two"]["proof"]
         assert host["method"] == guest["method"] == "modelled"
-        assert host["conclusion"] == "below 85% of the limit: gpu_to_gpu 28 of 28, all through the host"
+        assert host["conclusion"] == "peer copies lost their data: gpu_to_gpu 28 of 28"
         pairs = [p for p in host["paths"] if p["path"] == "gpu_to_gpu"]
-        assert len(pairs) == 28 and all("iommu.mode" in [a.get("control") for a in p["attribution"]] for p in pairs)
+        assert len(pairs) == 28 and all(p["verdict"] == "wrong data" and p["via"] == "peer" for p in pairs)
+        assert all("iommu.mode" in [a.get("control") for a in p["attribution"]] for p in pairs)
         local = [p for p in host["paths"] if p["path"] == "host_to_gpu" and p["numa"] == "local"]
         assert len(local) == 8 and all(p["verdict"] == "ok" for p in local)
         assert guest["in_container"] is True and host["in_container"] is False
@@ -158,11 +160,11 @@ class SeedFix:
         # shallow idle states: the wait for a kernel's completion is shorter (timed by the wall
         # clock, as on a real host: a busy test machine may blur a GPU's runs into each other)
         assert "better" in effects[("cpu.cstates", "launch_sync")] and "worse" not in effects[("cpu.cstates", "launch_sync")]
-        # iommu=pt: the pairs get peer access
-        assert effects[("iommu.mode", "gpu_to_gpu")] == {"better"}
+        # iommu=pt: the pairs' peer copies deliver their bytes
+        assert effects[("iommu.mode", "gpu_to_gpu")] == {"now delivers its data"}
         assert "kernel.version" in proof["unmeasured_fixes"]
         assert proof["conclusion"] == "the host delivers its hardware's limits; what remains is in the software"
-        assert proof["before"]["conclusion"] == "below 85% of the limit: gpu_to_gpu 28 of 28, all through the host"
+        assert proof["before"]["conclusion"] == "peer copies lost their data: gpu_to_gpu 28 of 28"
 
     def verified(self, stdout: str) -> None:
         """After `gpuhost verify`: the host passes, the container's host-level controls are skipped with the reason."""

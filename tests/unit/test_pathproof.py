@@ -102,13 +102,51 @@ def test_gpu_memory_is_held_at_its_own_threshold_against_the_datasheet():
 
 def test_pairs_through_the_host_name_the_p2p_controls():
     findings = {"pcie.acs": {"status": "drift", "observed": "ACS redirect on 0000:02:00.0"},
-                "nvidia.p2p": {"status": "pass"}}
+                "nvidia.p2p": {"status": "manual", "observed": "P2P disabled by regkey"}}
     proof = pathproof.judge(measured(row("gpu_to_gpu", 0, samples=(42.5,) * 5, peer=1, peer_bus_id="0000:81:00.0",
                                          via="host")), FACTS, findings)
     pair = proof["paths"][0]
     assert pair["verdict"] == "below" and pair["limit"]["formula"].startswith("the slower link: ")
-    assert [a.get("fact") or a.get("control") for a in pair["attribution"]] == ["p2p", "pcie.acs"]
+    # two GPUs on root ports of their own: an ACS redirect on some switch turns none of their traffic back
+    assert [a.get("fact") or a.get("control") for a in pair["attribution"]] == ["p2p", "nvidia.p2p"]
     assert proof["conclusion"] == "below 85% of the limit: gpu_to_gpu 1 of 1 (GPU0-GPU1), all through the host"
+
+
+def test_acs_redirect_bears_on_a_pair_below_one_switch():
+    facts = {"pci": [link("0000:00:01.1", port_type=4), link("0000:01:00.0", "0000:00:01.1", port_type=5),
+                     link("0000:02:00.0", "0000:01:00.0", port_type=6), link("0000:02:01.0", "0000:01:00.0", port_type=6),
+                     link("0000:03:00.0", "0000:02:00.0"), link("0000:04:00.0", "0000:02:01.0")]}
+    gpus = [dict(GPUS[0], bus_id="0000:03:00.0"), dict(GPUS[1], index=1, bus_id="0000:04:00.0", numa_node=0)]
+    findings = {"pcie.acs": {"status": "drift", "observed": "ACS redirect on 0000:02:00.0, 0000:02:01.0"}}
+    pair = dict(row("gpu_to_gpu", 0, samples=(27.7,) * 5, peer=1, peer_bus_id="0000:04:00.0", via="peer"),
+                bus_id="0000:03:00.0")
+    proof = pathproof.judge(measured(pair, gpus=gpus), facts, findings)
+    assert [a["control"] for a in proof["paths"][0]["attribution"]] == ["pcie.acs"]
+
+
+def test_a_peer_copy_whose_bytes_did_not_arrive_is_wrong_however_fast():
+    findings = {"iommu.mode": {"status": "drift", "observed": "the IOMMU translates host DMA"}}
+    lost = row("gpu_to_gpu", 0, samples=(55.5,) * 5, peer=1, peer_bus_id="0000:81:00.0", via="peer", delivered=False)
+    proof = pathproof.judge(measured(lost, row("host_to_gpu", 0, numa="local")), FACTS, findings)
+    pair = proof["paths"][0]
+    assert pair["verdict"] == "wrong data" and pair["fraction"] > 0.95
+    assert [a.get("fact") or a.get("control") for a in pair["attribution"]] == ["lost data", "iommu.mode"]
+    assert proof["conclusion"] == "peer copies lost their data: gpu_to_gpu 1 of 1 (GPU0-GPU1)"
+    fixed = dict(lost, delivered=True)
+    moved = pathproof.compare(proof, pathproof.judge(measured(fixed), FACTS, {}))
+    assert [m["verdict"] for m in moved] == ["now delivers its data"]
+
+
+def test_a_path_without_a_usable_sample_is_an_error_of_its_own():
+    proof = pathproof.judge(measured(row("host_to_gpu", 0, samples=(None, 0.0, None, None, None), numa="local"),
+                                     row("host_to_gpu", 1, numa="local")), FACTS, {})
+    assert [p["verdict"] for p in proof["paths"]] == ["error", "ok"]
+    assert proof["paths"][0]["error"].startswith("no figure from the repeats")
+
+
+def test_the_memory_threshold_is_named_where_a_copy_inside_gpu_memory_falls_short():
+    proof = pathproof.judge(measured(row("gpu_memory", samples=(1000.0,) * 5)), FACTS, {})
+    assert proof["conclusion"] == "below 85% of the limit: gpu_memory 1 of 1 (GPU0) (below 70%)"
 
 
 def test_all_gpus_at_once_against_the_sum_and_a_shared_switch_link():
@@ -151,9 +189,17 @@ def test_modelled_figures_stay_modelled():
     ((55.0, 55.2, 54.8, 55.1, 55.0), (40.0, 40.2, 39.8, 40.1, 40.0), "GB/s", "worse"),
 ])
 def test_before_and_after_a_fix_path_by_path(before, after, unit, word):
+    # (runs of different GPUs at once are different paths: see the members test below)
     then = {"method": "modelled", "paths": [{"path": "p", "gpu": 0, "numa": "local", "unit": unit, "samples": list(before)}]}
     now = {"method": "modelled", "paths": [{"path": "p", "gpu": 0, "numa": "local", "unit": unit, "samples": list(after)},
                                            {"path": "q", "gpu": 0, "unit": unit, "samples": list(after)}]}
     moved = pathproof.compare(then, now)
     assert len(moved) == 1, "a path measured only once has no before and after"
     assert moved[0]["verdict"] == word and moved[0]["method"] == "modelled"
+
+
+def test_all_gpus_at_once_over_other_gpus_is_another_path():
+    then = {"paths": [{"path": "host_to_all_gpus", "gpu": None, "members": [0, 1, 2, 3], "unit": "GB/s",
+                       "samples": [200.0] * 5}]}
+    now = {"paths": [{"path": "host_to_all_gpus", "gpu": None, "members": [0, 1], "unit": "GB/s", "samples": [100.0] * 5}]}
+    assert pathproof.compare(then, now) == []

@@ -21,14 +21,21 @@ is 57.6 GB/s):
 3. GPUs below one switch share its upstream link: while their copies overlap they split that
    link's copy limit (a switch forwards all of its downstream ports' traffic through its one
    upstream port). The library does the splitting in virtual time.
-4. Peer copies run where the driver allows peer access: nvidia-smi topo -p2p's status OK both
-   ways, no ACS request/completion redirect on a switch port between the two GPUs (PCIe Base
-   Specification, ACS P2P Request/Completion Redirect), and no translating IOMMU (gpuhost's
-   iommu.mode: pass-through for P2P). Peer rate 55.5 GB/s of 57.6 (the wiki: "~55-56" on one
-   socket), 0.91 of that across sockets (~51); latency 0.4 us (the wiki: 0.36-0.45). Otherwise
-   the driver stages the copy through host memory (CUDA Programming Guide, peer-to-peer
-   memory copy): 42.5 of 57.6 GB/s and 14 us (an RTX 5090 pair with P2P disabled,
-   aikitoria/open-gpu-kernel-modules#9: 42.47/42.54 GB/s, 14.44/14.37 us).
+4. The driver gives peer access where nvidia-smi topo -p2p says OK both ways; elsewhere it
+   stages a peer copy through host memory (CUDA Programming Guide, peer-to-peer memory
+   copy): 42.5 of 57.6 GB/s and 14 us (an RTX 5090 pair with P2P disabled,
+   aikitoria/open-gpu-kernel-modules#9: 42.47/42.54 GB/s, 14.44/14.37 us). A direct peer
+   copy runs at 55.5 GB/s of 57.6 (the wiki: "~55-56" on one socket), 0.91 of that across
+   sockets (~51); 0.4 us a copy (the wiki's p2pBandwidthLatencyTest: 0.36-0.45). Two things
+   the driver does not see:
+   - ACS request/completion redirect on a switch port below which both GPUs sit sends their
+     peer traffic up to the root complex and back (PCIe Base Specification, ACS P2P
+     Request/Completion Redirect): half the rate and 1 us more a copy (assumed; NCCL's
+     troubleshooting guide names "a significant performance loss or even a hang");
+   - a translating IOMMU: peer access is still granted, but the platform drops the writes
+     (the CUDA Programming Guide, "IOMMU on Linux": peer copies are not supported on bare
+     metal with the IOMMU on; the write faults in dmesg and the copy reports success). The
+     library's copy takes its time and leaves the destination as it was.
 5. A kernel launch costs the calling CPU 3 us at full clock (NVIDIA's forum: a null kernel's
    launch overhead is "about 3 microseconds with recent hardware"), scaled by the clock its
    governor holds during a burst of launches (Documentation/admin-guide/pm/cpufreq.rst:
@@ -63,6 +70,7 @@ REMOTE_COPY = 51 / 55.5                                             # rule 2
 PEER_SHARE, PEER_CROSS_SOCKET = 55.5 / ANCHOR, 51 / 55.5            # rule 4
 STAGED_SHARE = 42.5 / ANCHOR
 PEER_LATENCY_US, HOST_STAGED_LATENCY_US = 0.4, 14.0
+ACS_REDIRECT_SHARE, ACS_REDIRECT_EXTRA_US = 0.5, 1.0
 LAUNCH_US, LAUNCH_REMOTE_EXTRA_US = 3.0, 0.5                        # rule 5
 SYNC_US, SLEEP_SHARE = 4.0, 0.02                                    # rule 6
 GPU_MEMORY_SHARE, UNKNOWN_GPU_MEMORY_GBS = 0.8, 500.0               # rule 7
@@ -175,13 +183,17 @@ def model_text(m: Machine) -> str:
             if a is b:
                 continue
             i, j = a["index"], b["index"]
-            ok = (status.get((i, j), True) and m.boot.iommu != "translated"
-                  and not _redirecting(m, a["bdf"], b["bdf"]))
+            ok = status.get((i, j), True)
+            drops = ok and m.boot.iommu == "translated"
+            redirected = ok and _redirecting(m, a["bdf"], b["bdf"])
             slower = min(_copy_limit(m, a["bdf"]), _copy_limit(m, b["bdf"]))
             cross = m.spec.device(a["bdf"]).numa_node != m.spec.device(b["bdf"]).numa_node
             peer = slower * PEER_SHARE * (PEER_CROSS_SOCKET if cross else 1)
             staged = slower * STAGED_SHARE
-            lines.append(f"peer {i} {j} {int(ok)} {peer:.3f} {PEER_LATENCY_US} {staged:.3f} {HOST_STAGED_LATENCY_US}")
+            latency = PEER_LATENCY_US
+            if redirected:
+                peer, latency = peer * ACS_REDIRECT_SHARE, latency + ACS_REDIRECT_EXTRA_US
+            lines.append(f"peer {i} {j} {int(ok)} {peer:.3f} {latency} {staged:.3f} {HOST_STAGED_LATENCY_US} {int(drops)}")
     return "\n".join(lines) + "\n"
 
 

@@ -62,7 +62,7 @@ static const struct { int code; const char *name; } ERRORS[] = {
 #define MAXNODE 64
 #define MAXCPU 8192
 
-typedef struct { int ok; double gbs, lat_us, host_gbs, host_lat_us; } Peer;
+typedef struct { int ok; double gbs, lat_us, host_gbs, host_lat_us; int drops; } Peer;
 typedef struct {
     char bus[64], name[128];
     long mem_mib;
@@ -95,7 +95,7 @@ struct Op {
     int share, started;
 };
 typedef struct Module { Ctx *ctx; char names[16][64]; int n; } Module;
-typedef struct Alloc { Ctx *ctx; uint64_t addr; size_t size; } Alloc;
+typedef struct Alloc { Ctx *ctx; uint64_t addr; size_t size; char *mem; } Alloc;
 typedef struct Host { void *p; size_t size; int node; } Host;
 
 static Ctx ctxs[MAXGPU];
@@ -124,6 +124,9 @@ static void parse_cpulist(const char *s, int node) {
         if (*s == '\n' || *s == ' ') break;
     }
 }
+
+/* a rate or a time the model gives: never 0 or below, which would stall virtual time */
+static double positive(double x) { return isfinite(x) && x > 1e-3 ? x : 1e-3; }
 
 static double kv(const char *line, const char *key, double dflt) {
     char pat[48]; snprintf(pat, sizeof pat, " %s=", key);
@@ -159,19 +162,20 @@ static int load_model(void) {
             Gpu *g = &M.gpu[i];
             snprintf(g->bus, sizeof g->bus, "%s", word);
             g->node = (int)kv(line, "node", -1); g->share = (int)kv(line, "share", -1);
+            if (g->share >= MAXGPU) g->share = -1;
             g->mem_mib = (long)kv(line, "mem_mib", 1024);
-            g->h2d[0] = kv(line, "h2d_local", 1); g->h2d[1] = kv(line, "h2d_remote", 1);
-            g->d2h[0] = kv(line, "d2h_local", 1); g->d2h[1] = kv(line, "d2h_remote", 1);
-            g->mem = kv(line, "mem", 1);
+            g->h2d[0] = positive(kv(line, "h2d_local", 1)); g->h2d[1] = positive(kv(line, "h2d_remote", 1));
+            g->d2h[0] = positive(kv(line, "d2h_local", 1)); g->d2h[1] = positive(kv(line, "d2h_remote", 1));
+            g->mem = positive(kv(line, "mem", 1));
             g->launch[0] = kv(line, "launch_local", 5); g->launch[1] = kv(line, "launch_remote", 5);
             g->sync[0] = kv(line, "sync_local", 10); g->sync[1] = kv(line, "sync_remote", 10);
             if (i + 1 > M.ngpu) M.ngpu = i + 1;
             continue;
         }
-        double a, b, c, d; int ok;
-        if (sscanf(line, "peer %d %d %d %lf %lf %lf %lf", &i, &j, &ok, &a, &b, &c, &d) == 7
+        double a, b, c, d; int ok, drops = 0;
+        if (sscanf(line, "peer %d %d %d %lf %lf %lf %lf %d", &i, &j, &ok, &a, &b, &c, &d, &drops) >= 7
             && i >= 0 && j >= 0 && i < MAXGPU && j < MAXGPU) {
-            M.peer[i][j] = (Peer){ok, a, b, c, d};
+            M.peer[i][j] = (Peer){ok, positive(a), positive(b), positive(c), positive(d), drops};
             continue;
         }
         if (sscanf(line, "fail %d %63s %d", &i, word, &ok) == 3 && i >= 0 && i < MAXGPU) {
@@ -257,6 +261,7 @@ static void resolve(void) {
                 if (o->left < step) step = o->left;
             }
         }
+        if (!isfinite(step)) return;          /* nothing can finish: never spin on it */
         if (step < 0) step = 0;
         now = t + step;
         for (int k = 0; k < na; k++) {
@@ -421,13 +426,23 @@ int cuMemAlloc_v2(uint64_t *dptr, size_t size) {
     if (!dptr || !size) return CUDA_ERROR_INVALID_VALUE;
     if (current->used + (long)(size >> 20) > M.gpu[current->dev].mem_mib) return CUDA_ERROR_OUT_OF_MEMORY;
     static uint64_t next = 0x7f0000000000ull;
+    /* backed by reserved memory that only the small copies touch (see move) */
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
     Alloc *a = calloc(1, sizeof *a);
-    a->ctx = current; a->size = size; a->addr = next;
+    a->ctx = current; a->size = size; a->addr = next; a->mem = mem;
     next += (size + 0xFFFFF) & ~0xFFFFFull;
     current->used += (long)(size >> 20);
     ADD(allocs, a);
     *dptr = a->addr;
     return CUDA_SUCCESS;
+}
+
+/* Copies of up to 1 MiB move their bytes, so that a caller can check what arrived; larger ones
+   only take their modelled time (their buffers stay untouched, and cost no memory). */
+#define MOVED_BYTES (1u << 20)
+static void move(void *dst, const void *src, size_t n) {
+    if (n <= MOVED_BYTES) memmove(dst, src, n);
 }
 
 static Alloc *find_alloc(uint64_t addr, size_t size) {
@@ -436,11 +451,14 @@ static Alloc *find_alloc(uint64_t addr, size_t size) {
     return NULL;
 }
 
+static char *device_mem(const Alloc *a, uint64_t addr) { return a->mem + (addr - a->addr); }
+
 int cuMemFree_v2(uint64_t dptr) {
     NEED_CTX();
     for (int i = 0; i < n_allocs; i++)
         if (allocs[i]->addr == dptr) {
             allocs[i]->ctx->used -= (long)(allocs[i]->size >> 20);
+            munmap(allocs[i]->mem, allocs[i]->size);
             free(allocs[i]); DROP(allocs, i);
             return CUDA_SUCCESS;
         }
@@ -616,8 +634,10 @@ int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s) {
     Stream *x; int r = copy_checks(s, &x); if (r) return r;
     FAIL("cuMemcpyHtoDAsync_v2");
     Host *h = find_host(src, n);
-    if (!find_alloc(dst, n) || !h) return CUDA_ERROR_INVALID_VALUE;
+    Alloc *d = find_alloc(dst, n);
+    if (!d || !h) return CUDA_ERROR_INVALID_VALUE;
     Gpu *g = &M.gpu[current->dev];
+    move(device_mem(d, dst), src, n);
     return copy(x, (double)n, g->h2d[remote_memory(g, h)], g->share >= 0 ? 2 * g->share : -1);
 }
 
@@ -625,8 +645,10 @@ int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s) {
     Stream *x; int r = copy_checks(s, &x); if (r) return r;
     FAIL("cuMemcpyDtoHAsync_v2");
     Host *h = find_host(dst, n);
-    if (!find_alloc(src, n) || !h) return CUDA_ERROR_INVALID_VALUE;
+    Alloc *a = find_alloc(src, n);
+    if (!a || !h) return CUDA_ERROR_INVALID_VALUE;
     Gpu *g = &M.gpu[current->dev];
+    move(dst, device_mem(a, src), n);
     return copy(x, (double)n, g->d2h[remote_memory(g, h)], g->share >= 0 ? 2 * g->share + 1 : -1);
 }
 
@@ -635,6 +657,7 @@ int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s) {
     FAIL("cuMemcpyDtoDAsync_v2");
     Alloc *d = find_alloc(dst, n), *a = find_alloc(src, n);
     if (!d || !a || d->ctx != current || a->ctx != current) return CUDA_ERROR_INVALID_VALUE;
+    move(device_mem(d, dst), device_mem(a, src), n);
     /* the model's rate counts bytes read plus bytes written */
     return copy(x, (double)n, M.gpu[current->dev].mem / 2.0, -1);
 }
@@ -648,6 +671,9 @@ int cuMemcpyPeerAsync(uint64_t dst, void *dctx, uint64_t src, void *sctx, size_t
     if (!d || !a || d->ctx != dc || a->ctx != sc) return CUDA_ERROR_INVALID_VALUE;
     Peer *p = &M.peer[sc->dev][dc->dev];
     int direct = p->ok && (sc->peers[dc->dev] || dc->peers[sc->dev]);
+    /* a direct write the platform drops (a translating IOMMU faults it: the CUDA Programming
+       Guide, "IOMMU on Linux") completes on time and leaves the destination as it was */
+    if (!(direct && p->drops)) move(device_mem(d, dst), device_mem(a, src), n);
     double gbs = direct ? p->gbs : p->host_gbs, lat = direct ? p->lat_us : p->host_lat_us;
     /* latency first, then the bytes at the path's rate */
     pthread_mutex_lock(&lock);

@@ -41,6 +41,8 @@ MAX_BYTES = 512 * MIB           # two pinned buffers a GPU at most: 1 GiB, the i
 MIN_REPEATS = 5
 LATENCY_BYTES = 4
 LAUNCHES = 100                  # launches a timed repeat of the launch paths
+LATENCY_COPIES = 100            # small peer copies a timed repeat of the latency path
+CHECK_BYTES = 64 << 10          # the pattern a peer copy must deliver
 
 
 class Interrupted(Exception):
@@ -98,8 +100,13 @@ def farthest_node(sysfs, node, nodes):
     others = [n for n in nodes if n != node]
     if not others:
         return None
-    dist = node_distances(sysfs, node) if node is not None else []
-    return max(others, key=lambda n: (dist[n] if n < len(dist) else 0, -n))
+    # nodeN/distance lists the distance to each online node in node order (drivers/base/node.c
+    # node_read_distance: for_each_online_node), so a gap in the numbering shifts the columns
+    base = os.path.join(sysfs, "devices/system/node")
+    online = sorted(int(d[4:]) for d in (os.listdir(base) if os.path.isdir(base) else [])
+                    if d.startswith("node") and d[4:].isdigit())
+    dist = dict(zip(online, node_distances(sysfs, node))) if node is not None else {}
+    return max(others, key=lambda n: (dist.get(n, 0), -n))
 
 
 def run_command(argv):
@@ -112,26 +119,40 @@ def run_command(argv):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def bus_key(text):
+    """A PCI address as (domain, bus, device, function) numbers, however it is written:
+    nvidia-smi's 00000000:01:00.0, the driver's 0000:01:00.0, a 5-digit VMD domain."""
+    parts = text.strip().lower().replace(".", ":").split(":")
+    try:
+        return tuple(int(p, 16) for p in parts[-4:]) if len(parts) >= 4 else None
+    except ValueError:
+        return None
+
+
+# memory in use on an idle GPU: the driver's own (under 1 GiB); a loaded model is more, and
+# nvidia-smi inside a container lists no process of another namespace (NVIDIA/nvidia-docker#179)
+BUSY_MIB = 2048
+
+
 def busy_gpus(run=run_command, threshold=5):
-    """{bus id (lower case, 4-digit domain): why it counts as in use} from nvidia-smi: any
-    compute process on it, or utilisation above *threshold* percent. Raises ValueError where
-    nvidia-smi cannot say."""
+    """{bus_key: why it counts as in use} from nvidia-smi: any compute process on it,
+    utilisation above *threshold* percent, or more than BUSY_MIB of its memory in use.
+    Raises ValueError where nvidia-smi cannot say."""
     def query(args):
         rc, out, err = run(["nvidia-smi"] + args + ["--format=csv,noheader,nounits"])
         if rc != 0:
             raise ValueError("nvidia-smi %s exited %d: %s" % (args[0], rc, (err or out).strip()[:200]))
         return [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
 
-    def bus(text):
-        return text.lower()[-12:]           # nvidia-smi prints 00000000:01:00.0
-
     out = {}
     for row in query(["--query-compute-apps=gpu_bus_id,pid,process_name"]):
         if len(row) >= 2 and "no running" not in row[0].lower():
-            out.setdefault(bus(row[0]), "process %s (%s) uses it" % (row[1], row[2] if len(row) > 2 else "?"))
-    for row in query(["--query-gpu=pci.bus_id,utilization.gpu"]):
-        if len(row) == 2 and row[1].isdigit() and int(row[1]) > threshold:
-            out.setdefault(bus(row[0]), "it is %s%% busy" % row[1])
+            out.setdefault(bus_key(row[0]), "process %s (%s) uses it" % (row[1], row[2] if len(row) > 2 else "?"))
+    for row in query(["--query-gpu=pci.bus_id,utilization.gpu,memory.used"]):
+        if len(row) >= 2 and row[1].isdigit() and int(row[1]) > threshold:
+            out.setdefault(bus_key(row[0]), "it is %s%% busy" % row[1])
+        if len(row) >= 3 and row[2].isdigit() and int(row[2]) > BUSY_MIB:
+            out.setdefault(bus_key(row[0]), "%s MiB of its memory is in use" % row[2])
     return out
 
 
@@ -310,6 +331,7 @@ class Measurement:
     # ---- the paths ---------------------------------------------------------------------------------
     def host_paths(self, gpu, nodes):
         drv, n = self.drv, self.nbytes
+        self.check_time()               # past the bound: allocate nothing more
         gpu.buf = self.device_buffer(gpu, n)
         local = gpu.node if gpu.node in nodes else None
         places = [("local", local if local is not None else min(nodes))]
@@ -395,12 +417,21 @@ class Measurement:
                     enabled.append((x, y))
             via = "peer" if can else "host"
             extra = dict(peer=b.index, peer_bus_id=b.bus_id, via=via)
+            self.check_time()
+            delivered = self.delivered(a, b)
+            checked = {} if delivered is None else {"delivered": delivered}
 
-            def copy(size):
-                return lambda: drv.call("cuMemcpyPeerAsync", b.buf, b.ctx, a.buf, a.ctx, size, a.stream)
-            self.attempt([a, b], "gpu_to_gpu", "GB/s", lambda: self.gbs(n, self.timed_ms(a, copy(n))), bytes=n, **extra)
+            def copy(size, times=1):
+                def enqueue():
+                    for _ in range(times):
+                        drv.call("cuMemcpyPeerAsync", b.buf, b.ctx, a.buf, a.ctx, size, a.stream)
+                return enqueue
+            self.attempt([a, b], "gpu_to_gpu", "GB/s", lambda: self.gbs(n, self.timed_ms(a, copy(n))), bytes=n,
+                         **extra, **checked)
+            # p2pBandwidthLatencyTest's way: many small copies between two events, a copy's share
             self.attempt([a, b], "gpu_to_gpu_latency", "us",
-                         lambda: [round(ms * 1000, 3) for ms in self.timed_ms(a, copy(LATENCY_BYTES))],
+                         lambda: [round(ms * 1000 / LATENCY_COPIES, 3)
+                                  for ms in self.timed_ms(a, copy(LATENCY_BYTES, LATENCY_COPIES))],
                          bytes=LATENCY_BYTES, **extra)
         finally:
             for x, y in enabled:
@@ -410,8 +441,33 @@ class Measurement:
                 except cu.CudaError as exc:
                     self.held.release_errors.append(str(exc))
 
+    def delivered(self, a, b):
+        """Whether a peer copy delivers its bytes: a pattern from GPU a's host buffer to a, from
+        a to b, back from b into a cleared part of the buffer, compared. A platform can drop
+        peer writes while the copy reports success (a translating IOMMU: the CUDA Programming
+        Guide, "IOMMU on Linux"), and a dropped copy times as fast as one that arrived.
+        None where a has no host buffer to check with."""
+        host = a.local_host
+        if host is None:
+            return None
+        drv, size = self.drv, CHECK_BYTES
+        pattern = os.urandom(size)      # new for each pair: what an earlier check left cannot match it
+        ctypes.memmove(host, pattern, size)
+        back = host + size
+        ctypes.memset(back, 0, size)
+        drv.call("cuCtxSetCurrent", a.ctx)
+        drv.call("cuMemcpyHtoDAsync_v2", a.buf, host, size, a.stream)
+        drv.call("cuMemcpyPeerAsync", b.buf, b.ctx, a.buf, a.ctx, size, a.stream)
+        drv.call("cuStreamSynchronize", a.stream)
+        drv.call("cuCtxSetCurrent", b.ctx)
+        drv.call("cuMemcpyDtoHAsync_v2", back, b.buf, size, b.stream)
+        drv.call("cuStreamSynchronize", b.stream)
+        return ctypes.string_at(back, size) == pattern
+
     def all_gpus_path(self, gpus, nodes):
-        """Every GPU copying from its own node's memory at once: the GB/s of each, summed."""
+        """Every GPU copying from its own node's memory at once: all the bytes over the time of
+        the longest copy (each GPU's events are its own, so no common clock; the copies start
+        together, and the last to end bounds the whole)."""
         drv, n = self.drv, self.nbytes
         ready = [g for g in gpus if g.local_host is not None and not g.error]
         if len(ready) < 2:
@@ -426,14 +482,13 @@ class Measurement:
                     drv.call("cuEventRecord", g.start, g.stream)
                     drv.call("cuMemcpyHtoDAsync_v2", g.buf, g.local_host, n, g.stream)
                     drv.call("cuEventRecord", g.end, g.stream)
-                total = 0.0
+                longest = 0.0
                 for g in ready:
                     drv.call("cuCtxSetCurrent", g.ctx)
                     drv.call("cuEventSynchronize", g.end)
-                    ms = self.elapsed_ms(g.start, g.end)
-                    total += n / (ms / 1000.0) / 1e9 if ms > 0 else 0.0
-                if rep:                 # the first round warms up
-                    totals.append(round(total, 3))
+                    longest = max(longest, self.elapsed_ms(g.start, g.end))
+                if rep and longest > 0:           # the first round warms up
+                    totals.append(round(n * len(ready) / (longest / 1000.0) / 1e9, 3))
             return totals
         row = self.attempt(ready[:1], "host_to_all_gpus", "GB/s", body, members=[g.index for g in ready], bytes=n)
         row["gpu"] = None
@@ -475,7 +530,7 @@ def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_li
         except ValueError as exc:
             in_use, unknown = {}, "cannot tell whether it is in use: %s" % exc
         for g in m.gpus:
-            why = in_use.get(g.bus_id) or unknown
+            why = in_use.get(bus_key(g.bus_id)) or unknown
             if why and force:
                 g.forced = why
             elif why:
@@ -490,16 +545,24 @@ def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_li
             if not g.error:
                 try:
                     m.host_paths(g, nodes)
+                except OutOfTime as exc:
+                    m.record("host_to_gpu", g, "GB/s", error=str(exc))
                 except cu.CudaError as exc:
                     g.error = str(exc)
                     m.record("host_to_gpu", g, "GB/s", error=str(exc))
         ready = [g for g in live if g.buf is not None]
         for i, a in enumerate(ready):
             for b in ready[i + 1:]:
+                pair = dict(peer=b.index, peer_bus_id=b.bus_id)
+                broken = a if a.error else b if b.error else None
+                if broken is not None:      # no driver call on a GPU that failed
+                    m.record("gpu_to_gpu", a, "GB/s", error="GPU %d failed earlier: %s" % (broken.index, broken.error),
+                             **pair)
+                    continue
                 try:
                     m.pair_paths(a, b)
-                except cu.CudaError as exc:
-                    m.record("gpu_to_gpu", a, "GB/s", error=str(exc), peer=b.index, peer_bus_id=b.bus_id)
+                except (cu.CudaError, OutOfTime) as exc:
+                    m.record("gpu_to_gpu", a, "GB/s", error=str(exc), **pair)
         m.all_gpus_path(ready, nodes)
     except Interrupted as exc:
         # a signal: what was measured so far stays in the result, the rest is given back below

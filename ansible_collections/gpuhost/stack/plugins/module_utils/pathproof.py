@@ -8,9 +8,10 @@ findings. Output: the report's ``proof`` section (docs/report-schema.md), one ro
 the samples' median and spread, the limit with its formula and source, the share of the
 limit, a verdict and the attribution. Runs on the controller.
 
-Verdicts: "ok" at the threshold or above, "below" under it, "not judged" where a path has no
-physical limit to hold it against (a latency), "error" where it could not be measured,
-"refused" for a GPU in use.
+Verdicts: "ok" at the threshold or above, "below" under it, "wrong data" for a peer copy
+whose bytes did not arrive (however fast), "not judged" where a path has no physical limit
+to hold it against (a latency), "error" where it could not be measured, "refused" for a GPU
+in use.
 
 Standard library only (Python 3.7+).
 """
@@ -42,8 +43,6 @@ NOT_PASSING = ("drift", "manual", "error", "pending_reboot")
 # controls judged per PCI device: they bear on a path only where their finding names one of the
 # path's GPUs (a GPU's narrow link says nothing of two others' peer copies)
 PER_DEVICE = ("pcie.link", "pcie.mrrs", "pcie.bar1")
-# what decides whether two GPUs get peer access: moot for a pair that got it
-PEER_ACCESS = ("nvidia.p2p", "pcie.acs", "iommu.mode")
 SOFTWARE_SENTENCE = "the host delivers its hardware's limits; what remains is in the software"
 
 
@@ -131,16 +130,22 @@ def _attribution(row, findings, facts):
         for up, members in sorted(shared_uplinks(facts, row.get("bus_ids") or []).items()):
             out.append({"fact": "shared link", "why": "%s share the upstream link of switch %s: their copies split "
                         "it" % (", ".join(members), up)})
+    if row.get("delivered") is False:
+        out.append({"fact": "lost data", "why": "a peer copy reported success and the bytes did not arrive: the "
+                    "platform dropped the peer writes (a translating IOMMU does: see dmesg for DMAR or AMD-Vi faults)"})
     if row.get("via") == "host":
         out.append({"fact": "p2p", "why": "the driver gives no peer access between these GPUs: the copy is "
                     "staged through host memory"})
     gpus = [row.get("bus_id"), row.get("peer_bus_id")] + list(row.get("bus_ids") or [])
+    below_one_switch = bool(row.get("peer_bus_id")) and bool(shared_uplinks(facts, [row.get("bus_id"), row["peer_bus_id"]]))
     for cid in BEARING.get(row["path"], ()):
         f = findings.get(cid) or {}
         text = "%s %s" % (f.get("observed") or "", f.get("message") or "")
         if cid in PER_DEVICE and not any(g and g in text for g in gpus):
             continue
-        if row.get("via") == "peer" and cid in PEER_ACCESS:
+        if cid == "pcie.acs" and not below_one_switch:
+            continue        # ACS redirect turns back only the traffic of GPUs below one switch
+        if cid == "nvidia.p2p" and row.get("via") != "host":
             continue
         if f.get("status") in NOT_PASSING:
             out.append({"control": cid, "status": f["status"], "why": f.get("observed") or f.get("message") or ""})
@@ -184,7 +189,12 @@ def judge(measurement, facts, findings, threshold=0.85, memory_threshold=MEMORY_
             out["verdict"] = "error"
             section["paths"].append(out)
             continue
-        s = proof.summary([x for x in row["samples"] if x])
+        try:
+            s = proof.summary([x for x in row["samples"] if x])
+        except ValueError as exc:       # no usable sample: this path alone is an error
+            out.update(verdict="error", error="no figure from the repeats: %s" % exc)
+            section["paths"].append(out)
+            continue
         out.update(samples=row["samples"], median=s["median"], min=s["min"], max=s["max"], spread=s["spread"])
         lim = _limit_for(row, facts, gpu_names)
         out["limit"] = lim
@@ -194,21 +204,34 @@ def judge(measurement, facts, findings, threshold=0.85, memory_threshold=MEMORY_
             share, word = limits.verdict(s["median"], lim["value"],
                                          memory_threshold if row["path"] == "gpu_memory" else threshold)
             out["fraction"], out["verdict"] = share, word
-        out["attribution"] = _attribution(row, findings, facts) if out["verdict"] in ("below", "not judged") else []
-        if out["verdict"] == "below" and counts(row, facts):
+        if row.get("delivered") is False:
+            out["verdict"] = "wrong data"   # however fast: what arrived is not what was sent
+        out["attribution"] = (_attribution(row, findings, facts)
+                              if out["verdict"] in ("below", "not judged", "wrong data") else [])
+        if out["verdict"] in ("below", "wrong data") and counts(row, facts):
             short.append(out)
         section["paths"].append(out)
     for g in section["gpus"]:
         if g.get("refused"):
             section["paths"].append({"path": "all", "gpu": g["index"], "bus_id": g["bus_id"], "method": how,
                                      "verdict": "refused", "error": "not measured: " + g["refused"]})
-    judged = [p for p in section["paths"] if p["verdict"] in ("ok", "below") and counts(p, facts)]
+    judged = [p for p in section["paths"] if p["verdict"] in ("ok", "below", "wrong data") and counts(p, facts)]
     section["counted"] = len(judged)
     errors = [p for p in section["paths"] if p["verdict"] in ("error", "refused")]
     if short:
-        section["conclusion"] = "below %d%% of the limit: %s" % (round(threshold * 100), "; ".join(
-            _shortfall(kind, [p for p in short if p["path"] == kind], [p for p in judged if p["path"] == kind])
-            for kind in sorted({p["path"] for p in short})))
+        parts = []
+        lost = [p for p in short if p["verdict"] == "wrong data"]
+        if lost:
+            parts.append("peer copies lost their data: " + _shortfall(
+                "gpu_to_gpu", lost, [p for p in judged if p["path"] == "gpu_to_gpu"]))
+        slow = [p for p in short if p["verdict"] == "below"]
+        kinds = sorted({p["path"] for p in slow})
+        if kinds:
+            parts.append("below %d%% of the limit: %s" % (round(threshold * 100), "; ".join(
+                _shortfall(kind, [p for p in slow if p["path"] == kind], [p for p in judged if p["path"] == kind])
+                + (" (below %d%%)" % round(memory_threshold * 100) if kind == "gpu_memory" else "")
+                for kind in kinds)))
+        section["conclusion"] = "; ".join(parts)
     elif judged and not errors:
         section["conclusion"] = SOFTWARE_SENTENCE
     elif judged:
@@ -242,7 +265,7 @@ def compare(before, after):
     """Before and after a fix, path by path (same path, GPU, peer and NUMA placement): the
     effect of each, as proof.effect gives it."""
     def key(p):
-        return (p["path"], p.get("gpu"), p.get("peer"), p.get("numa"))
+        return (p["path"], p.get("gpu"), p.get("peer"), p.get("numa"), tuple(p.get("members") or ()), p.get("bytes"))
     then = {key(p): p for p in before.get("paths") or [] if p.get("samples")}
     how = "modelled" if "modelled" in (before.get("method"), after.get("method")) else "measured"
     out = []
@@ -250,9 +273,18 @@ def compare(before, after):
         b = then.get(key(p))
         if not b or not p.get("samples"):
             continue
-        e = proof.effect([x for x in b["samples"] if x], [x for x in p["samples"] if x],
-                         HIGHER_IS_BETTER.get(p.get("unit"), True), how)
+        try:
+            e = proof.effect([x for x in b["samples"] if x], [x for x in p["samples"] if x],
+                             HIGHER_IS_BETTER.get(p.get("unit"), True), how)
+        except ValueError:
+            continue                    # a run without a usable figure: nothing to compare
+        verdict = e["verdict"]
+        # what arrives counts before how fast it arrives
+        if b.get("delivered") is False and p.get("delivered") is not False:
+            verdict = "now delivers its data"
+        elif b.get("delivered") is not False and p.get("delivered") is False:
+            verdict = "now loses its data"
         out.append({"path": p["path"], "gpu": p.get("gpu"), "peer": p.get("peer"), "numa": p.get("numa"),
                     "unit": p.get("unit"), "before": e["before"]["median"], "after": e["after"]["median"],
-                    "change": e["change"], "noise": e["noise"], "verdict": e["verdict"], "method": how})
+                    "change": e["change"], "noise": e["noise"], "verdict": verdict, "method": how})
     return out

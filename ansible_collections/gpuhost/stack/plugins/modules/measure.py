@@ -54,6 +54,7 @@ measurement:
   type: dict
 """
 
+import os
 import signal
 
 from ansible.module_utils.basic import AnsibleModule
@@ -76,12 +77,22 @@ def main():
         module.fail_json(msg="bytes: from %d to %d, not %d" % (m.MIB, m.MAX_BYTES, p["bytes"]))
     if not 0 < p["time_limit"] <= 3600:
         module.fail_json(msg="time_limit: above 0 and at most 3600 seconds, not %g" % p["time_limit"])
+    # before the library loads: the driver numbers GPUs in PCI order as nvidia-smi does (not
+    # fastest first) and sees all of them whatever the login's CUDA_VISIBLE_DEVICES says, and
+    # it keeps no compiled kernel in the user's ~/.nv/ComputeCache (measuring writes nothing)
+    os.environ.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_CACHE_DISABLE="1")
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     try:
         drv = cudadrv.Driver()
     except cudadrv.NoDriver as exc:
         module.exit_json(changed=False, measurement={"na": "no NVIDIA driver library: %s" % exc, "paths": [], "gpus": []})
 
+    stopping = []
+
     def stop(signum, frame):
+        if stopping:            # a second signal while the first one's clean-up runs: let it finish
+            return
+        stopping.append(signum)
         raise m.Interrupted(signal.Signals(signum).name)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
@@ -97,6 +108,8 @@ def main():
                         alive=m.stdout_open)
     except cudadrv.CudaError as exc:
         module.exit_json(changed=False, measurement={"error": str(exc), "paths": [], "gpus": []})
+    except m.Interrupted as exc:        # one that arrived outside the measurement's own loop
+        module.fail_json(msg="measurement interrupted by %s" % exc)
     if out.get("interrupted"):
         module.fail_json(msg="measurement interrupted by %s; pinned memory still held: %d bytes" % (
             out["interrupted"], out["pinned_left_bytes"]), measurement=out)
