@@ -303,6 +303,22 @@ def test_a_gpu_in_use_is_refused_unless_forced(lab_gpus):
     assert out["paths"] == []
 
 
+def test_a_real_idle_h100_is_not_busy():
+    """nvidia-smi's own row for an idle H100 (driver 590: tests/real_data/gpu/query-gpu-h100-590):
+    0 % busy, 0 MiB used (479 MiB reserved, counted apart)."""
+    import csv
+
+    header, row = list(csv.reader((ROOT / "tests/real_data/gpu/query-gpu-h100-590").read_text().splitlines()))[:2]
+    cell = dict(zip((h.strip() for h in header), (c.strip() for c in row)))
+    assert (cell["utilization.gpu [%]"], cell["memory.used [MiB]"], cell["memory.reserved [MiB]"]) == ("0 %", "0 MiB", "479 MiB")
+
+    def smi(argv):      # the same values as --format=csv,noheader,nounits prints them
+        if "--query-compute-apps=gpu_bus_id,pid,process_name" in argv:
+            return 0, "", ""
+        return 0, f"{cell['pci.bus_id']}, {cell['utilization.gpu [%]'].split()[0]}, {cell['memory.used [MiB]'].split()[0]}\n", ""
+    assert measure.busy_gpus(smi) == {}
+
+
 def test_a_gpu_that_fails_mid_measurement_is_an_error_for_its_paths_alone(lab_gpus):
     make, sysfs = lab_gpus
     drv = make(model(extra="fail 1 cuMemcpyDtoHAsync_v2 700\n"))

@@ -129,8 +129,10 @@ def bus_key(text):
         return None
 
 
-# memory in use on an idle GPU: the driver's own (under 1 GiB); a loaded model is more, and
-# nvidia-smi inside a container lists no process of another namespace (NVIDIA/nvidia-docker#179)
+# More memory in use than an idle GPU shows: a loaded model, whose server nvidia-smi inside a
+# container may not list (it shows no process of another PID namespace). An idle H100 on
+# driver 590 reports 0 MiB used, its 479 MiB reservation apart (tests/real_data/gpu/
+# query-gpu-h100-590).
 BUSY_MIB = 2048
 
 
