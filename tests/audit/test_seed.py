@@ -150,7 +150,10 @@ class SeedFix:
 
     @staticmethod
     def fixed_proof(proof: dict) -> None:
-        """fix --prove: each fix that ran, with the paths it bears on before and after (modelled)."""
+        """fix --prove: each fix that ran, with the paths it bears on before and after. Every
+        figure is the lab's model (the lab's libcuda.so.1): these check gpuhost's bookkeeping
+        (which fix bears on which path, the verdicts' rules), never that a fix helps a real host."""
+        assert proof["method"] == "modelled" and all(e["method"] == "modelled" for e in proof["effects"])
         effects: dict[tuple[str, str], set[str]] = {}
         for e in proof["effects"]:
             effects.setdefault((e["control"], e["path"]), set()).add(e["verdict"])
