@@ -114,7 +114,9 @@ class App:
 
             # under an interruptible fix: a read-only play may be cut short, one that changes hosts never
             cancel = None if self._handling is None else ((lambda: bool(self.interrupted)) if check else (lambda: False))
-            flags = list(self.o.connection) + (["--forks", str(forks)] if forks else [])
+            # the play's own summary of the findings and gpuhost_audit_fail_on are for Ansible's
+            # output and AWX (roles/common/tasks/summary.yml): the CLI reports the findings itself
+            flags = list(self.o.connection) + (["--forks", str(forks)] if forks else []) + ["--skip-tags", "gpuhost_report"]
             tags = tags or (self.o.controls if playbook == "site.yml" else None)
             if tags:
                 # each control's tasks carry its ID as a tag (and everything else is `always`):

@@ -53,13 +53,13 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     env = {"PATH": f"{ee / 'bin'}:/usr/bin:/bin", "ANSIBLE_COLLECTIONS_PATH": str(collections),
            "ANSIBLE_CONFIG": str(project / "ansible.cfg"), "HOME": str(tmp_path)}
 
-    def job(playbook: str, ident: str, cmdline: str) -> list[dict]:
+    def job(playbook: str, ident: str, cmdline: str, rc: int = 0) -> list[dict]:
         """The project's *playbook* run as a job; its events."""
         run = subprocess.run([str(ee / "bin/python"), "-m", "ansible_runner", "run", str(tmp_path / "private"),
                               "-p", playbook, "--inventory", str(seed_lab.inventory), "--limit", "pve-gpu1",
                               f"--cmdline={cmdline}", "--ident", ident],
                              env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+        assert run.returncode == rc, run.stdout[-3000:] + run.stderr[-2000:]
         return [json.loads(p.read_text()) for p in (tmp_path / f"private/artifacts/{ident}/job_events").glob("*.json")]
 
     events = job("audit.yml", "job1", "--check")
@@ -89,3 +89,23 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
     assert {c: f["status"] for c, f in report["findings"].items()} == want
     assert not any("fix" in f for f in report["findings"].values())
     assert report["summary"]["gpus"] == 8 and report["reboot_required"] is False
+
+    # the play's own output says what was found: a line per finding that is not pass or n/a,
+    # each drifted control "changed" as a fix's check-mode task reports it (what an AWX job's
+    # output and its host summary show), and gpuhost_audit_fail_on fails the host
+    (project / "audit_plain.yml").write_text("- name: gpuhost audit\n  ansible.builtin.import_playbook: gpuhost.stack.audit\n")
+    events = job("audit_plain.yml", "job3", "--check")
+    said = [e["event_data"] for e in events if e["event"] == "runner_item_on_ok"
+            and e["event_data"].get("task") == "Say what the judgement found"]
+    drifted = {c for c, s in want.items() if s == "drift"}
+    assert {d["res"]["item"]["control"] for d in said} == {c for c, s in want.items() if s not in ("pass", "na")}
+    assert {d["res"]["item"]["control"] for d in said if d["res"]["changed"]} == drifted
+    stats = next(e for e in events if e["event"] == "playbook_on_stats")["event_data"]
+    assert stats["changed"] == {"pve-gpu1": 1} and not stats["failures"]
+    events = job("audit_plain.yml", "job4", "--check -e gpuhost_audit_fail_on=drift", rc=2)
+    failed = next(e for e in events if e["event"] == "runner_on_failed")["event_data"]
+    assert failed["task"] == "Fail the host on findings at or above gpuhost_audit_fail_on"
+    assert failed["res"]["msg"].startswith(f"{len(drifted)} finding(s) at or above drift: ")
+    assert all(f"{c}: drift" in failed["res"]["msg"] for c in drifted)
+    # manual and error only: the seed's findings are all drift, so the host passes
+    job("audit_plain.yml", "job5", "--check -e gpuhost_audit_fail_on=manual")

@@ -36,6 +36,29 @@ def gpuhost_fix_steps(fix):
         raise AnsibleFilterError(f"gpuhost: {exc}") from None
 
 
+# worst first: what needs a person before what gpuhost fixes (as the CLI's report orders them)
+SEVERITY = ("error", "manual", "drift", "pending_reboot", "waived")
+# gpuhost_audit_fail_on: a finding at this level or a worse one fails the host
+FAIL_ON = {"none": (), "error": ("error",), "manual": ("error", "manual"),
+           "drift": ("error", "manual", "drift", "pending_reboot")}
+
+
+def gpuhost_noteworthy(findings):
+    """The findings that are neither pass nor n/a, worst first: [{control, status, message}]."""
+    rows = [f for f in (plain(findings or {}) or {}).values() if f.get("status") in SEVERITY]
+    return [{"control": f.get("control"), "status": f["status"], "message": f.get("message") or ""}
+            for f in sorted(rows, key=lambda f: (SEVERITY.index(f["status"]), str(f.get("control"))))]
+
+
+def gpuhost_at_or_above(findings, level):
+    """"control: status" for each finding at *level* (gpuhost_audit_fail_on: none, drift,
+    manual or error) or a worse one; a waived finding never counts."""
+    if level not in FAIL_ON:
+        raise AnsibleFilterError(f"gpuhost: gpuhost_audit_fail_on must be none, drift, manual or error, not {level!r}")
+    return [f"{f['control']}: {f['status']}" for f in gpuhost_noteworthy(findings) if f["status"] in FAIL_ON[level]]
+
+
 class FilterModule:
     def filters(self):
-        return {"stopped": gpuhost_stopped, "failure": gpuhost_failure, "fix_steps": gpuhost_fix_steps}
+        return {"stopped": gpuhost_stopped, "failure": gpuhost_failure, "fix_steps": gpuhost_fix_steps,
+                "noteworthy": gpuhost_noteworthy, "at_or_above": gpuhost_at_or_above}

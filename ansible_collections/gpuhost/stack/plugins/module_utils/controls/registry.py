@@ -41,6 +41,10 @@ GENERAL_PARAMS = (
     Param("gpuhost_controls", "list", [], "controls",
           "The control IDs this run covers (the CLI's --controls); empty: the controls --tags selects, else all.",
           elements="str", roles=("*",)),
+    Param("gpuhost_audit_fail_on", "str", "none", None,
+          "Fail the host when a finding is at this level or worse: none, drift (drift, pending_reboot, manual, "
+          "error), manual (manual, error) or error; for AWX job templates and workflows (gpuhost's CLI has its own "
+          "exit status).", pattern=r"^(none|drift|manual|error)$", what="none, drift, manual or error", roles=("*",)),
     Param("gpuhost_apply", "bool", True, None,
           "Run the fixes (in check mode they report what they would change, with --diff how); false: judge only, one "
           "task per host.", roles=("*",), checked=False),
