@@ -6,38 +6,11 @@ An action, not a filter in a set_fact: the strategy imports an action plugin in 
 process when it queues the task, so the judgement's modules (which the check needs for the
 control IDs and each variable's type and bounds) are imported once there and every worker
 forked after it, the audit's included, has them; a filter was imported again in the check's
-own worker. And it returns no fact to copy to every host.
+own worker. And it returns no fact to copy to every host. Its documentation is
+plugins/modules/check_inventory.py, where ansible-doc reads it.
 """
 from __future__ import annotations
 
-DOCUMENTATION = r"""
----
-module: check_inventory
-short_description: Check every host's gpuhost variables before any host is touched
-description:
-  - Renders and checks every C(gpuhost_*) variable of every host in the inventory (types,
-    bounds, control IDs, waivers, misspelt names), on the controller; no host is contacted.
-  - Fails with one line naming the first bad host and variable, and how many other hosts
-    have bad gpuhost variables, so a fleet is mended in one pass.
-  - Meant to run once (C(run_once), C(any_errors_fatal)) as a play's first task; a waiver's
-    reason is kept as written, never rendered.
-options: {}
-author: gpuhost
-"""
-
-EXAMPLES = r"""
-- name: Check the inventory
-  gpuhost.stack.check_inventory: {}
-  run_once: true
-  any_errors_fatal: true
-"""
-
-RETURN = r"""
-checked:
-  description: how many hosts' variables were checked
-  returned: success
-  type: int
-"""
 
 from ansible.plugins.action import ActionBase
 
