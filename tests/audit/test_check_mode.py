@@ -19,9 +19,12 @@ def changed_controls(output: str, host: str) -> set[str]:
 
 
 def playbook(lab, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(COLLECTION / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    """The first thing an Ansible user types, from the checkout's top with nothing set in the
+    environment: its ansible.cfg finds the collection, its playbooks/site.yml imports the
+    collection's play."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")} | {"ANSIBLE_NOCOLOR": "1"}
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory),
-                           "--limit", "pve-gpu1", str(COLLECTION / "playbooks/site.yml"), *args],
+                           "--limit", "pve-gpu1", "playbooks/site.yml", *args],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
 
 
