@@ -11,7 +11,7 @@ BARE_PACKAGES := grub-common grub2-common
 LAB_DEBS := /var/cache/gpuhost-lab
 PYTEST_ARGS ?=
 
-.PHONY: audit test install system-deps lab-demo bench clean generate scenario-coverage
+.PHONY: audit test install system-deps lab-demo molecule bench clean generate scenario-coverage
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,7 +63,12 @@ test: system-deps install
 	$(BIN)/python -m pytest -n 2 --dist worksteal $(PYTEST_ARGS)
 
 lab-demo: install
-	$(BIN)/gpuhost lab up ../shared/hosts/pve-gpu1.yml ../shared/hosts/llm-two.yml --dir .lab
+	$(BIN)/gpuhost lab up tests/specs/seed/pve-gpu1.yml tests/specs/seed/llm-two.yml --dir .lab
+
+# molecule's default scenario on the seed lab (create, check, converge, idempotence, verify,
+# destroy); its Ansible and gpuhost are the venv's, so the venv goes first on PATH
+molecule: system-deps install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/molecule test
 
 # the branches of every control's judgement (plugins/module_utils/controls/<id>.py) that the
 # scenarios of tests/controls/ reach, as a figure

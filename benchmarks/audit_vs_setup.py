@@ -31,7 +31,7 @@ from gpuhost.lab import manager, provision  # noqa: E402
 os.environ.pop(provision.BYTECODE_CACHE_ENV, None)
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = ROOT.parent / "shared/hosts/pve-gpu1.yml"
+SEED = ROOT / "tests/specs/seed/pve-gpu1.yml"
 # gpuhost's own settings (forks, pipelining, SSH multiplexing) for both commands: the CLI
 # merges it under the operator's file, and setup's play reads it directly
 CONFIG = COLLECTION / "ansible.cfg"

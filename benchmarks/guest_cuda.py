@@ -27,7 +27,7 @@ from audit_vs_setup import CONFIG, SETUP_PLAY, timed  # noqa: E402
 from gpuhost.lab import manager  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared/hosts"
+SHARED = ROOT / "tests/specs/seed"
 ENVS = [
     {"path": "/usr/local/cuda-12.8", "version": "12.8.1"},
     {"path": "/opt/conda/envs/serve/lib/python3.11/site-packages", "version": "12.8", "torch": "2.7.0"},

@@ -17,7 +17,7 @@ import yaml
 
 from gpuhost.lab import manager
 
-SEED = Path(__file__).resolve().parents[1].parent / "shared/hosts/pve-gpu1.yml"
+SEED = Path(__file__).resolve().parents[1] / "tests/specs/seed/pve-gpu1.yml"
 
 
 def lab_pss_kib(lab_dir: Path) -> tuple[int, int]:

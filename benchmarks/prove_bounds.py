@@ -28,7 +28,7 @@ from gpuhost.lab import manager, provision
 
 os.environ.pop(provision.BYTECODE_CACHE_ENV, None)       # hosts as they are
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared/hosts"
+SHARED = ROOT / "tests/specs/seed"
 LIMIT_S, PINNED_PER_GPU = 60, 1 << 30                      # issue 38's bounds
 
 

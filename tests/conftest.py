@@ -15,9 +15,8 @@ from gpuhost.lab import manager, provision
 from gpuhost.lab.layout import LabLayout
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-SEED_HOST = SHARED / "hosts/pve-gpu1.yml"
-SEED_GUEST = SHARED / "hosts/llm-two.yml"
+SEED_HOST = ROOT / "tests/specs/seed/pve-gpu1.yml"
+SEED_GUEST = ROOT / "tests/specs/seed/llm-two.yml"
 SPECS = ROOT / "tests/specs"
 
 
@@ -162,7 +161,7 @@ def seed_lab(tmp_path_factory):
 
 
 def pytest_report_header(config):
-    return f"shared specs: {SHARED}"
+    return f"seed specs: {SEED_HOST.parent}"
 
 
 # ---- running gpuhost itself ----------------------------------------------------------------

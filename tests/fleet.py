@@ -11,7 +11,7 @@ from pathlib import Path
 
 import scenarios
 
-SEED_SPEC = scenarios.ROOT.parent / "shared/hosts/pve-gpu1.yml"
+SEED_SPEC = scenarios.ROOT / "tests/specs/seed/pve-gpu1.yml"
 
 
 @lru_cache(maxsize=1)

@@ -11,10 +11,10 @@ import yaml
 
 import scenarios
 from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
-from conftest import SHARED
+from conftest import SEED_HOST
 
 DATA = Path(__file__).resolve().parents[1] / "real_data"
-SEED = yaml.safe_load((SHARED / "hosts/pve-gpu1.yml").read_text())
+SEED = yaml.safe_load(SEED_HOST.read_text())
 
 
 @pytest.mark.parametrize("name, vmid, cores, cpus", [
