@@ -1,14 +1,18 @@
 """The ansible.cfg a gpuhost run uses: the operator's own (connection, become, SSH, forks
 as they already run Ansible), with gpuhost's settings that keep a run safe on top.
 
-The operator's file is found the way Ansible finds it: $ANSIBLE_CONFIG, ./ansible.cfg,
-~/.ansible.cfg, /etc/ansible/ansible.cfg. Its relative paths (a key file beside it) are
-made absolute, as Ansible reads them relative to the file.
+The operator's file is found the way Ansible finds it: $ANSIBLE_CONFIG (a directory: its
+ansible.cfg), ./ansible.cfg unless the working directory is world-writable, ~/.ansible.cfg,
+/etc/ansible/ansible.cfg, the first that exists and can be read (ansible-core's
+config/manager.py find_ini_config_file; tests/unit/test_ansible_config.py holds this to that
+function, which is not imported here: some 50 ms of every run). Its relative paths (a key
+file beside it) are made absolute, as Ansible reads them relative to the file.
 """
 from __future__ import annotations
 
 import configparser
 import os
+import stat
 from pathlib import Path
 
 from . import COLLECTION
@@ -26,14 +30,52 @@ PATH_KEYS = {"private_key_file", "inventory", "roles_path", "collections_path", 
              "connection_password_file"}
 
 
+def _unfrack(path: str) -> Path:
+    """ansible.utils.path.unfrackpath(path, follow=False): variables and ~ expanded, absolute."""
+    return Path(os.path.normpath(os.path.abspath(os.path.expanduser(os.path.expandvars(path)))))
+
+
 def operator_config(cwd: Path | None = None) -> Path | None:
+    """The ansible.cfg Ansible itself would read (None: none; gpuhost's own is never the
+    operator's)."""
+    candidates = []
     env = os.environ.get("ANSIBLE_CONFIG")
-    candidates = [Path(env).expanduser()] if env else []
-    candidates += [(cwd or Path.cwd()) / "ansible.cfg", Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg")]
-    for path in candidates:
-        if path.is_file() and path.resolve() != GPUHOST_CFG.resolve():
-            return path.resolve()
-    return None
+    if env is not None:
+        path = _unfrack(env)
+        candidates.append(path / "ansible.cfg" if path.is_dir() else path)
+    here = cwd or Path.cwd()
+    try:
+        if not os.stat(here).st_mode & stat.S_IWOTH:     # a world-writable directory's file is anyone's
+            candidates.append(here / "ansible.cfg")
+    except OSError:
+        pass
+    candidates += [_unfrack("~/.ansible.cfg"), Path("/etc/ansible/ansible.cfg")]
+    found = next((p for p in candidates if p.exists() and os.access(p, os.R_OK)), None)
+    if found is None or found.resolve() == GPUHOST_CFG.resolve():
+        return None
+    return found.resolve()
+
+
+def inventory_sources(cwd: Path | None = None) -> list[str] | None:
+    """Where Ansible would take its inventory from without -i: $ANSIBLE_INVENTORY, else the
+    operator's ansible.cfg ([defaults] inventory, or its old name hostfile), each a list of
+    comma-separated sources, a file's relative to the ansible.cfg. None: neither names one
+    (gpuhost then works on this machine, not on /etc/ansible/hosts)."""
+    env = os.environ.get("ANSIBLE_INVENTORY")
+    if env:
+        return [s.strip() for s in env.split(",") if s.strip()]
+    cfg = operator_config(cwd)
+    if cfg is None:
+        return None
+    p = _parser()
+    try:
+        p.read(cfg)
+    except configparser.Error:
+        return None
+    value = p.get("defaults", "inventory", fallback=None) or p.get("defaults", "hostfile", fallback=None)
+    if not value:
+        return None
+    return [_absolute(s.strip(), cfg.parent) for s in value.split(",") if s.strip()]
 
 
 def _parser() -> configparser.ConfigParser:

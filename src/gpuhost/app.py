@@ -57,16 +57,30 @@ class App:
         return self._err
 
     # ---- input -----------------------------------------------------------------------------
-    def inventory(self) -> str | dict:
-        """The inventory to run on. Its variables are checked by the playbook's first play,
-        which stops the run before any host is touched; see ``play``."""
+    def inventory(self) -> str | dict | list:
+        """The inventory to run on: -i, else what Ansible would use ($ANSIBLE_INVENTORY, the
+        operator's ansible.cfg), else this machine. Its variables are checked by the playbook's
+        first play, which stops the run before any host is touched; see ``play``."""
         self.check_outputs()
-        if self.o.inventory is None:
+        if self.o.inventory is not None:
+            return self.inventory_source(self.o.inventory, "-i")
+        from .ansiblecfg import inventory_sources
+
+        sources = inventory_sources()
+        if not sources:
             return LOCAL_INVENTORY
-        if not Path(self.o.inventory).exists():
-            raise BadInput(f"-i: no inventory at {self.o.inventory}")
-        # ansible-runner runs from a directory of its own: a relative path must not depend on it
-        return str(Path(self.o.inventory).resolve())
+        where = "ANSIBLE_INVENTORY" if os.environ.get("ANSIBLE_INVENTORY") else "ansible.cfg's inventory"
+        return [self.inventory_source(s, where) for s in sources]
+
+    @staticmethod
+    def inventory_source(source: str, where: str) -> str | list:
+        """One inventory source as Ansible takes it: a path (made absolute: ansible-runner runs
+        from a directory of its own), or a host list ("a,b," or "a,": a comma and no such path)."""
+        if not Path(source).exists():
+            if "," in source:
+                return [source] if where == "-i" else source
+            raise BadInput(f"{where}: no inventory at {source}")
+        return str(Path(source).resolve())
 
     def check_outputs(self) -> None:
         """Every report path is writable before a host is touched: a fix whose report cannot

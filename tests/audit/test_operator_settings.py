@@ -61,3 +61,52 @@ def test_the_operators_ansible_cfg_is_honoured(make_lab, tmp_path):
     assert merged["privilege_escalation"]["become"] == "True"
     assert merged["defaults"]["host_key_checking"] == "True", "host keys are always checked"
     assert merged["defaults"]["remote_tmp"] == "/tmp/.ansible-${USER}", "an audit leaves nothing on a host's disk"
+
+
+def ansible_decides_hosts(cwd, env) -> set[str]:
+    """The hosts ansible-inventory lists in *cwd* with *env*: what Ansible itself would work on."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "--list"], cwd=cwd,
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr
+    return set(json.loads(run.stdout)["_meta"]["hostvars"])
+
+
+def test_without_i_the_inventory_ansible_would_use_and_a_host_list_with_i(make_lab, tmp_path):
+    """No -i: $ANSIBLE_INVENTORY, else the operator's ansible.cfg's inventory (what
+    ansible-inventory lists there), before this machine; -i a,b, is a host list, as Ansible takes it."""
+    import os
+    import subprocess
+    import sys
+
+    lab = make_lab(SEED_HOST)
+    work = tmp_path / "ops"
+    work.mkdir()
+    (work / "fleet.yml").write_text(lab.inventory.read_text())
+    (work / "ansible.cfg").write_text("[defaults]\ninventory = fleet.yml\n")
+    want = ansible_decides_hosts(work, {})
+    assert want == {"pve-gpu1"}
+    from_cfg = gpuhost("audit", "--controls", "pcie.mrrs", cwd=work)
+    assert from_cfg.rc == 2 and set(from_cfg.report["hosts"]) == want, from_cfg.stderr
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"ANSIBLE_INVENTORY": str(lab.inventory)}
+    assert ansible_decides_hosts(elsewhere, env) == {"pve-gpu1"}
+    proc = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "--controls", "pcie.mrrs", "--json", "r.json"],
+                          cwd=elsewhere, env={**os.environ, **env}, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    import json
+    assert proc.returncode == 2 and set(json.loads((elsewhere / "r.json").read_text())["hosts"]) == {"pve-gpu1"}, proc.stderr
+
+    # a host list: taken, tried, and an address nothing answers on is unreachable, not bad input
+    listed = gpuhost("audit", "-i", "127.0.1.250,", "--controls", "pcie.mrrs", "--task-timeout", "30")
+    assert listed.rc == 3 and list(listed.report["hosts"]) == ["127.0.1.250"], listed.stderr
+    assert listed.report["hosts"]["127.0.1.250"]["reachable"] is False
+    missing = gpuhost("audit", "-i", str(tmp_path / "no-such.yml"))
+    assert missing.rc == 1 and missing.stderr.strip() == f"error: -i: no inventory at {tmp_path / 'no-such.yml'}"
