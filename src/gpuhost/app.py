@@ -186,11 +186,23 @@ class App:
         from . import report as rep
 
         report = rep.build(mode, rep.stamp(self.started_at), hosts, before)
+        since = None
+        if self.o.baseline:
+            from . import reportdiff
+
+            since = reportdiff.compare(reportdiff.load(self.o.baseline), report)
+            report["since_baseline"] = {"file": str(self.o.baseline), **since}
         shown = rep.printable(report)       # host data never drives the terminal nor breaks XML
         if self.o.format == "oneline":
             terminal.oneline(shown, self.console)
         else:
             terminal.render(shown, self.console)
+        if since is not None:
+            from . import reportdiff
+
+            self.console.print()
+            for line in reportdiff.lines(rep.printable(since), str(self.o.baseline), "this run"):
+                self.console.print(line, soft_wrap=True, highlight=False)
         json_path = self.o.json or os.environ.get("GPUHOST_REPORT") or "gpuhost-report.json"
         # every form is written whatever another one's fate: a full disk or a bad path costs
         # that one file (one line, exit 3), never the others nor the run's result

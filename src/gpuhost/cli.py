@@ -29,8 +29,30 @@ class _PrintCompletion(argparse.Action):
         parser.exit(0)
 
 
+EXIT_CODES = """exit status:
+  0  every finding is pass, na or waived (prove: and every path within its limit; diff: nothing new or worse)
+  1  bad input: an unknown control, a malformed inventory or variable, a report path that cannot be
+     written; one line on stderr, no host touched
+  2  some drift, manual or pending_reboot (prove: a path below its limit, a GPU refused, a peer copy
+     that lost its data; diff: something new or worse)
+  3  a host was unreachable, a task failed or the run was interrupted (the rest still ran and is in
+     the report)"""
+
+EXAMPLES = """examples:
+  gpuhost audit                                    this machine (or the inventory Ansible would use), read-only
+  gpuhost audit -i inventory/mine.yml --html report.html
+  gpuhost audit -i gpu1,gpu2, -u ops -b --format oneline
+  gpuhost fix -i inventory/mine.yml --controls pcie.mrrs,numa.balancing --yes
+  gpuhost fix -i inventory/mine.yml --prove --yes --reboot if-needed
+  gpuhost prove -i inventory/mine.yml --gpus 0,1 --prom /var/lib/node_exporter/gpuhost.prom
+  gpuhost audit -i inventory/mine.yml --baseline yesterday.json
+  gpuhost diff yesterday.json today.json
+  gpuhost lab up tests/specs/seed/pve-gpu1.yml --dir .lab"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gpuhost", description="Audit and repair the system stack under GPU inference servers.")
+    p = _Parser(prog="gpuhost", description="Audit and repair the system stack under GPU inference servers.",
+                epilog=f"{EXAMPLES}\n\n{EXIT_CODES}", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"gpuhost {__version__}")
     # shell completion made from this parser (shtab, imported only then):
     # gpuhost --print-completion bash > /etc/bash_completion.d/gpuhost
@@ -61,8 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="extra variables, as ansible-playbook takes them (repeatable)")
             sp.add_argument("--forks", type=int, metavar="N", help="hosts worked on at once")
 
-    audit = sub.add_parser("audit", help="check every control; changes nothing (Ansible check mode)")
+    audit = sub.add_parser("audit", help="check every control; changes nothing (Ansible check mode)",
+                           epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(audit)
+    audit.add_argument("--baseline", metavar="F", help="an earlier report (JSON): also say what is new, resolved or worse since")
     audit.add_argument("--junit", metavar="F", help="write a JUnit XML report (one testcase per host and control)")
     audit.add_argument("--html", metavar="F", help="write a self-contained HTML report")
     audit.add_argument("--diff", action="store_true", help="also preview, with diffs, every change a fix would make")
@@ -78,13 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds the measurement of one host may take (default 60)")
         sp.add_argument("--force", action="store_true", help="measure GPUs in use too (named in the report)")
 
-    prove = sub.add_parser("prove", help="measure each path against its physical limit, and say what bears on a shortfall")
+    prove = sub.add_parser("prove", help="measure each path against its physical limit, and say what bears on a shortfall",
+                           epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(prove)
     prove.add_argument("--junit", metavar="F", help="write a JUnit XML report")
     prove.add_argument("--html", metavar="F", help="write a self-contained HTML report")
     prove.add_argument("--diff", action="store_true", help=argparse.SUPPRESS)
+    prove.add_argument("--baseline", metavar="F", help="an earlier report (JSON): also say what is new, resolved or worse since")
     proving(prove, flag=False)
-    fix = sub.add_parser("fix", help="repair what the audit finds, after a plan and a confirmation")
+    diff = sub.add_parser("diff", help="what changed between two reports: new, resolved, worse, paths that lost their limit",
+                          epilog="exit status: 0 nothing new or worse, 2 something is, 1 a file that is no gpuhost report",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    diff.add_argument("old", metavar="OLD.json")
+    diff.add_argument("new", metavar="NEW.json")
+    diff.add_argument("--json", metavar="F", help="write the changes as JSON here (- for standard output)")
+    diff.add_argument("--no-color", action="store_true", help="no colour (as NO_COLOR=1 does)")
+    fix = sub.add_parser("fix", help="repair what the audit finds, after a plan and a confirmation",
+                         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(fix)
     proving(fix, flag=True)
     fix.add_argument("--reboot", choices=["never", "if-needed"], default="never",
@@ -247,13 +281,44 @@ def run_app(args: argparse.Namespace) -> int:
                    task_timeout=args.task_timeout, reboot_timeout=getattr(args, "reboot_timeout", 600),
                    lock_timeout=getattr(args, "lock_timeout", 1800),
                    connection=connection_args(args), prom=args.prom, no_color=args.no_color, format=args.format,
-                   prove=prove)
+                   prove=prove, baseline=getattr(args, "baseline", None))
+    if opts.baseline:
+        from .reportdiff import NotAReport, load
+
+        try:
+            load(opts.baseline)         # before any host is touched
+        except NotAReport as exc:
+            raise BadInput(f"--baseline: {exc}") from None
     app = App(opts)
     try:
         return {"audit": app.audit, "prove": app.prove}.get(args.command, app.fix)()
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """gpuhost diff OLD NEW: 0 nothing new or worse, 2 something is, 1 a file that is no report."""
+    from rich.console import Console
+
+    from .options import BadInput
+    from .reportdiff import NotAReport, compare, exit_code, lines, load
+
+    try:
+        old, new = load(args.old), load(args.new)
+    except NotAReport as exc:
+        raise BadInput(str(exc)) from None
+    changes = compare(old, new)
+    console = Console(stderr=args.json == "-", **({"no_color": True} if args.no_color else {}))
+    for line in lines(changes, args.old, args.new):
+        console.print(line, soft_wrap=True, highlight=False)
+    if args.json:
+        text = json.dumps({"old": args.old, "new": args.new, **changes}, indent=2) + "\n"
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.json).write_text(text)
+    return exit_code(changes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(str(exc)) from None
         if args.command in ("audit", "fix", "prove"):
             return run_app(args)
+        if args.command == "diff":
+            return run_diff(args)
         if args.command == "controls":
             from . import generate
             from ansible_collections.gpuhost.stack.plugins.module_utils import controls

@@ -27,6 +27,7 @@ class Options:
     no_color: bool = False
     format: str = "table"                   # table | oneline
     prove: dict | None = None               # gpuhost prove / fix --prove: the measure module's options and thresholds
+    baseline: str | None = None             # audit/prove --baseline: an earlier report to say what changed since
 
 
 def parse_controls(text: str | None) -> list[str]:

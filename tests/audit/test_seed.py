@@ -4,6 +4,7 @@ whole fix is checked by SeedFix, around the README's quick start in test_readme)
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from conftest import GpuhostRun, gpuhost
@@ -107,6 +108,7 @@ class SeedFix:
         check of what arrived catches on every pair; the container measured from its own CPU
         set, after its host."""
         assert report["mode"] == "prove"
+        self.before_fix = report         # the baseline of the last audit (kept)
         host, guest = report["hosts"]["pve-gpu1"]["proof"], report["hosts"]["llm-two"]["proof"]
         assert host["method"] == guest["method"] == "modelled"
         assert host["conclusion"] == "peer copies lost their data: gpu_to_gpu 28 of 28"
@@ -180,9 +182,23 @@ class SeedFix:
         assert again.rc == 0 and again.changed("pve-gpu1") == set()
         assert "nothing to fix" in again.stderr
         lab.reboot("pve-gpu1")
-        final = gpuhost("audit", "-i", str(lab.inventory))
+        # against the quick start's proof before the fix (SeedFix.proved): what changed since
+        import json
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(self.before_fix, f)
+        try:
+            final = gpuhost("audit", "-i", str(lab.inventory), "--baseline", f.name)
+        finally:
+            Path(f.name).unlink()
         assert final.rc == 0 and final.status("pve-gpu1") == {c: "na" if s == "na" else "pass"
                                                               for c, s in SEED_EXPECTED.items()}
+        # every drift resolved, nothing new or worse
+        since = final.report["since_baseline"]
+        assert {(r["host"], r["control"]) for r in since["resolved"]} == \
+            {("pve-gpu1", c) for c, s in SEED_EXPECTED.items() if s == "drift"}
+        assert since["new"] == since["worse"] == [] and "resolved (10):" in final.stdout
 
 
 def test_fix_without_reboot_leaves_pending_reboot(make_lab):
