@@ -121,20 +121,24 @@ def problems(report: dict, width: int) -> list[Text]:
 
 
 def not_applicable(report: dict, width: int) -> list[Text]:
-    """Why a host's controls are n/a, said once per reason (inside a container, no GPU, not
-    Proxmox VE) instead of leaving a column of bare "na" cells to be guessed at."""
-    lines = []
+    """Why each n/a control is n/a, said once per reason and set of controls (inside a
+    container, no GPU, not Proxmox VE), with the hosts that share it, instead of a column of
+    bare "na" cells to be guessed at: a reason of one control too (no CUDA runtime found)."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for name, h in report["hosts"].items():
         reasons: dict[str, list[str]] = {}
         for f in h.get("findings") or []:
             if f["status"] == "na" and f.get("message"):
                 reasons.setdefault(f["message"], []).append(f["control"])
         for message, cids in reasons.items():
-            if len(cids) < 2:
-                continue
-            head = Text("n/a", style=STYLES["na"]).append(f"  {name}: {len(cids)} controls", style="bold")
-            lines.append(head)
-            lines += indented(message, 5, width, style="dim")
+            groups.setdefault((message, tuple(cids)), []).append(name)
+    lines = []
+    for (message, cids), hosts in sorted(groups.items(), key=lambda kv: (-len(kv[0][1]), kv[0][1])):
+        what = f"{len(cids)} controls" if len(cids) > 1 else cids[0]
+        room = max(20, width - len(what) - 8)
+        head = Text("n/a", style=STYLES["na"]).append(f"  {names_that_fit(hosts, room)}: {what}", style="bold")
+        lines.append(head)
+        lines += indented(message, 5, width, style="dim")
     return lines
 
 
