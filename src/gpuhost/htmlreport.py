@@ -3,7 +3,8 @@ no network: styles and the filter script are inline).
 
 The fleet summary (controls by status counts) fits one screen at 2 or 500 hosts; then the
 problems worst first with what to do, filters by status, control and host, each host's
-details folded, and each control's rationale and references from the catalog."""
+details folded, and each control's rationale and references from the catalog, each
+reference a link to its public home where one is known (references.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -67,7 +68,9 @@ def context(report: dict) -> dict:
                       "statuses": sorted(counts)}
     s = report["summary"]
     problems = rep.problems(report)
-    return {"report": {**report, "hosts": view}, "colours": (*STATUSES, "unreachable"), "counted": COUNTED,
+    from .references import link
+
+    return {"report": {**report, "hosts": view}, "colours": (*STATUSES, "unreachable"), "counted": COUNTED, "link": link,
             "labels": {**{k: k for k in COUNTED}, "pending_reboot": "reboot", "na": "n/a"},
             "summary": summary, "problems": problems, "controls": controls, "catalog": CATALOG,
             "problem_statuses": sorted({p["status"] for p in problems}, key=rep.SEVERITY.index),
