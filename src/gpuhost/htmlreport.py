@@ -1,8 +1,9 @@
 """The report as one self-contained HTML page, made from a Jinja2 template (autoescaped;
 no network: styles and the filter script are inline).
 
-The fleet summary (controls by status counts) fits one screen at 2 or 500 hosts; then the
-problems worst first with what to do, filters by status, control and host, each host's
+It opens with what needs doing: the problems worst first, with what to do (the first few;
+filters by status, control and host), then a picture that reads at a glance (a host x
+control map, inline SVG), the summary per control (counts and a bar by status), each host's
 details folded, and each control's rationale and references from the catalog, each
 reference a link to its public home where one is known (references.py)."""
 from __future__ import annotations
@@ -52,9 +53,49 @@ def proof_view(proof: dict) -> dict:
             "effects": effects, "unmeasured": proof.get("unmeasured_fixes") or []}
 
 
+FIRST_PROBLEMS = 3          # shown at once: the page opens with what needs doing, then the map
+MAP_WIDTH = 1150            # the host x control map's cells at most, in pixels
+
+
+def host_map(report: dict, controls: list[str]) -> dict:
+    """An inline SVG's cells: a column a host (a host that could not be read is all
+    "unreachable"), a row a control, coloured by status; cells narrow with the fleet."""
+    hosts = list(report["hosts"])
+    label_width = 150
+    cell_w = max(3, min(24, MAP_WIDTH // max(1, len(hosts))))
+    cell_h = 8 if len(controls) > 20 else 12
+    cells, seen = [], set()
+    for x, name in enumerate(hosts):
+        h = report["hosts"][name]
+        found = {f["control"]: f["status"] for f in h.get("findings") or []}
+        for y, cid in enumerate(controls):
+            status = "unreachable" if not h.get("reachable", True) else found.get(cid)
+            if status is None:
+                continue
+            seen.add(status)
+            cells.append({"x": label_width + x * cell_w, "y": y * cell_h, "status": status, "host": name, "control": cid})
+    return {"hosts": hosts, "controls": controls, "cells": cells, "cell_w": cell_w, "cell_h": cell_h,
+            "label_width": label_width, "width": label_width + cell_w * len(hosts) + 4,
+            "height": cell_h * len(controls) + 2, "seen": seen}
+
+
+def status_bar(counts: dict, width: int = 140) -> str:
+    """A control's hosts by status as one stacked bar (inline SVG, escaped numbers only)."""
+    total = sum(counts.values()) or 1
+    x, parts = 0.0, []
+    for status in (*STATUSES, "unreachable"):
+        n = counts.get(status, 0)
+        if not n:
+            continue
+        w = width * n / total
+        parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="10" class="c-{status}"><title>{n} {status}</title></rect>')
+        x += w
+    return f'<svg width="{width}" height="10" viewBox="0 0 {width} 10">{"".join(parts)}</svg>'
+
+
 def context(report: dict) -> dict:
     hosts = report["hosts"]
-    summary = rep.control_summary(report)
+    summary = [{**r, "bar": status_bar(r["counts"])} for r in rep.control_summary(report)]
     controls = [r["id"] for r in summary]
     view = {}
     for name, h in hosts.items():
@@ -73,6 +114,7 @@ def context(report: dict) -> dict:
     return {"report": {**report, "hosts": view}, "colours": (*STATUSES, "unreachable"), "counted": COUNTED, "link": link,
             "labels": {**{k: k for k in COUNTED}, "pending_reboot": "reboot", "na": "n/a"},
             "summary": summary, "problems": problems, "controls": controls, "catalog": CATALOG,
+            "first_problems": FIRST_PROBLEMS, "map": host_map(report, controls),
             "problem_statuses": sorted({p["status"] for p in problems}, key=rep.SEVERITY.index),
             "totals": [(k, s[k]) for k in (*STATUSES, "unreachable") if s.get(k)]}
 

@@ -1,6 +1,7 @@
-"""The HTML report in a real browser (headless Chromium) at 1400x900: the fleet summary fits
-the first screen at 2 and at 200 hosts, nothing is wider than the window; the page is one
-self-contained file, escaped, with the catalog's rationale and references."""
+"""The HTML report in a real browser (headless Chromium) at 1400x900: the first screen at 2
+and at 200 hosts holds what needs doing and the host x control map, nothing is wider than the
+window; the page is one self-contained file, escaped, with the catalog's rationale and
+references (links to their public homes)."""
 from __future__ import annotations
 
 import re
@@ -16,12 +17,16 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATA
 
 
 @pytest.mark.parametrize("n", [2, 200])
-def test_the_summary_fits_the_first_screen_and_nothing_is_wider_than_the_window(tmp_path, n):
+def test_the_first_screen_holds_what_needs_doing_and_the_map_and_nothing_is_wider(tmp_path, n):
     page = tmp_path / "r.html"
     htmlreport.write(rep.build("audit", rep.now(), fleet.fleet_hosts(n)), page)
     g = browser.geometry(page)
     assert g["viewport"] == "1400x900"
-    assert int(g["summary-bottom"]) <= 900, g
+    assert int(g["first-problem-bottom"]) <= int(g["map-bottom"]) <= 900, g
+    assert int(g["summary-bottom"]) > int(g["map-bottom"]), "the per-control counts come after the picture"
+    html = page.read_text()
+    # a cell a host and control (the unreachable host's whole column), and a bar a control
+    assert html.count("<rect ") >= n * 20 and html.count('<svg width="140"') == 28
     assert int(g["scroll-width"]) <= 1400, g
     png = tmp_path / "r.png"
     browser.screenshot(page, png)
