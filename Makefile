@@ -11,7 +11,7 @@ BARE_PACKAGES := grub-common grub2-common
 LAB_DEBS := /var/cache/gpuhost-lab
 PYTEST_ARGS ?=
 
-.PHONY: audit test install system-deps lab-demo molecule bench clean generate scenario-coverage
+.PHONY: audit test install system-deps lab-demo molecule changelog bench clean generate scenario-coverage
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ test: system-deps install
 
 lab-demo: install
 	$(BIN)/gpuhost lab up tests/specs/seed/pve-gpu1.yml tests/specs/seed/llm-two.yml --dir .lab
+
+# a release of the collection: antsibull-changelog turns the fragments into the release (VERSION=x.y.z),
+# then the changelog's lists are indented as the collection's own lint wants them
+changelog: install
+	cd ansible_collections/gpuhost/stack && PATH="$(abspath $(BIN)):$$PATH" antsibull-changelog release $(if $(VERSION),--version $(VERSION))
+	$(BIN)/python tools/changelog_reindent.py ansible_collections/gpuhost/stack/changelogs/changelog.yaml
 
 # molecule's default scenario on the seed lab (create, check, converge, idempotence, verify,
 # destroy); its Ansible and gpuhost are the venv's, so the venv goes first on PATH

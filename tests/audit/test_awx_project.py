@@ -36,6 +36,13 @@ def test_the_collection_runs_under_ansible_runner_without_the_gpuhost_package(se
                                stdin=subprocess.DEVNULL)
     assert installed.returncode == 0, installed.stderr
     assert (collections / "ansible_collections/gpuhost/stack/playbooks/site.yml").is_file(), installed.stdout
+    # the built collection on its own, without the checkout's .ansible-lint: production profile, clean
+    lint = subprocess.run([str(bindir / "ansible-lint"), "--profile", "production", "--offline"],
+                          cwd=collections / "ansible_collections/gpuhost/stack", capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL,
+                          env={**alone, "NO_COLOR": "1", "PATH": f"{bindir}:/usr/bin:/bin"})
+    assert lint.returncode == 0 and "Profile 'production' was required, and it passed." in lint.stderr, \
+        lint.stdout[-3000:] + lint.stderr[-2000:]
     # the execution environment: ansible-core and ansible-runner, and no gpuhost package
     ee = tmp_path / "ee"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(ee)], check=True, timeout=120)
