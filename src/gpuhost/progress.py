@@ -1,6 +1,7 @@
 """Progress while a play runs: a live line per host on a terminal, a line per event in a log."""
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from .runner import CHECK_TASK, LOCK_TASK, TRY_LOCK_TASK
@@ -24,10 +25,15 @@ def shown(value) -> str:
 class Progress:
     """Per-host progress from runner events, cheap in the event handler.
 
-    On a terminal: a live table of each host's current task. Elsewhere (a CI log): one
-    line per host when it is done, and one for each change, failure or unreachable host,
-    so a long fleet run shows it is moving without flooding the log.
+    On a terminal: a line with how many hosts are done of those started, how many failed,
+    and an estimate of the time left, then each host's current task; a fleet that does not
+    fit the terminal shows the hosts still running (and the failed ones) only. Elsewhere (a
+    CI log): one line per host when it is done (beyond FLEET hosts, a count at every tenth
+    of them instead), and one for each change, failure or unreachable host, so a long fleet
+    run shows it is moving without flooding the log.
     """
+
+    FLEET = 50          # more hosts than this: counts, not a line per host, in a log
 
     REPORT_TASK = "Report the findings"
 
@@ -43,6 +49,8 @@ class Progress:
         # a host's lock was busy when the run tried them all: only then does the run wait
         # (the waiting task starts, and is skipped, on every fix)
         self.contended = False
+        self.started = time.monotonic()
+        self.next_count = 0.1           # in a log with a fleet: the next tenth to say
 
     def __enter__(self):
         if self.console.is_terminal:
@@ -56,12 +64,44 @@ class Progress:
         if self.live:
             self.live.__exit__(*exc)
 
+    def counts(self) -> tuple[int, int, int]:
+        """(done, failed or unreachable, started)."""
+        done = sum(1 for v in self.hosts.values() if v == "done")
+        bad = sum(1 for v in self.hosts.values() if v.startswith("[red]"))
+        return done, bad, len(self.hosts)
+
+    def headline(self) -> str:
+        """"12/500 done, 1 failed, about 3m left": the hosts that ended over the time they took
+        so far, for those still to end (of the hosts started: a fleet larger than the forks
+        starts more as others end)."""
+        done, bad, n = self.counts()
+        text = f"{done}/{n} done"
+        if bad:
+            text += f", {bad} failed or unreachable"
+        ended = done + bad
+        if 0 < ended < n:
+            left = (time.monotonic() - self.started) / ended * (n - ended)
+            text += ", about " + (f"{int(left // 60)}m{int(left % 60):02d}s" if left >= 60 else f"{int(left)}s") + " left"
+        return text
+
     def _render(self) -> Table:
         from rich.table import Table
 
         t = Table.grid(padding=(0, 2))
-        t.add_row(f"[bold]{self.title}[/]")
-        for host, task in self.hosts.items():
+        t.add_row(f"[bold]{self.title}[/]" + (f"  [dim]{self.headline()}[/]" if len(self.hosts) > 1 else ""))
+        room = max(3, self.console.height - 3)
+        rows = list(self.hosts.items())
+        if len(rows) > room:
+            # the hosts still running and the failed ones; the done ones are in the count
+            busy = [(h, v) for h, v in rows if v != "done"]
+            more = len(busy) - (room - 1)
+            rows = busy[:room - 1] if more > 0 else busy
+            for host, task in rows:
+                t.add_row(f"  {shown(host)}", f"[dim]{task}[/]")
+            if more > 0:
+                t.add_row(f"  [dim]and {more} more hosts running[/]")
+            return t
+        for host, task in rows:
             t.add_row(f"  {shown(host)}", f"[dim]{task}[/]")
         return t
 
@@ -91,5 +131,13 @@ class Progress:
             line = "done"
         if self.live:
             self.live.update(self._render())
-        elif line:
+            return
+        if line == "done" and len(self.hosts) > self.FLEET:
+            done, bad, n = self.counts()
+            if (done + bad) / n >= self.next_count:
+                while (done + bad) / n >= self.next_count:
+                    self.next_count += 0.1
+                self.console.print(f"[dim]{self.title}:[/] {self.headline()}", highlight=False)
+            return
+        if line:
             self.console.print(f"[dim]{self.title}:[/] {shown(host)}: {line}", highlight=False)
