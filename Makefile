@@ -11,7 +11,7 @@ BARE_PACKAGES := grub-common grub2-common
 LAB_DEBS := /var/cache/gpuhost-lab
 PYTEST_ARGS ?=
 
-.PHONY: audit test install system-deps lab-demo molecule changelog bench clean generate scenario-coverage
+.PHONY: audit test install system-deps lab-demo molecule changelog man bench clean generate scenario-coverage
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ lab-demo: install
 changelog: install
 	cd ansible_collections/gpuhost/stack && PATH="$(abspath $(BIN)):$$PATH" antsibull-changelog release $(if $(VERSION),--version $(VERSION))
 	$(BIN)/python tools/changelog_reindent.py ansible_collections/gpuhost/stack/changelogs/changelog.yaml
+
+# docs/gpuhost.1 from the CLI's parser (tools/make_manpage.py); a test fails while it is stale
+man: install
+	$(BIN)/python tools/make_manpage.py
 
 # molecule's default scenario on the seed lab (create, check, converge, idempotence, verify,
 # destroy); its Ansible and gpuhost are the venv's, so the venv goes first on PATH
