@@ -74,8 +74,8 @@ def test_the_readme_two_commands_and_quick_start_work_verbatim_and_fix_the_seed(
                 seed = SeedFix(LabHandle(clone / ".lab", clone / ".lab/inventory.yml"))
             elif command[0] == "fix":
                 seed.fixed(json.loads((clone / "gpuhost-report.json").read_text()))
-            elif command[0] == "prove":
-                seed.proved(json.loads((clone / "gpuhost-report.json").read_text()))
+            elif command[0] == "audit":
+                seed.audited(json.loads((clone / "gpuhost-report.json").read_text()))
             elif command[0] == "verify":
                 seed.verified(run.stdout)
         assert seed is not None, "the quick start brings up the seed"

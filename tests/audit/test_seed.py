@@ -102,30 +102,34 @@ class SeedFix:
         self.ct130 = lab.out("pve-gpu1", "sha256sum /etc/pve/lxc/130.conf")
         self.boot_id = lab.status("pve-gpu1")["boot_id"]
 
-    def proved(self, report: dict) -> None:
-        """After `gpuhost prove`: every path modelled, against its limit; the IOMMU translating
+    def audited(self, report: dict) -> None:
+        """After the quick start's audit: kept as the baseline of the last audit (kept)."""
+        assert report["mode"] == "audit"
+        self.before_fix = report
+
+    @staticmethod
+    def proved_before(proof: dict, guest: dict) -> None:
+        """fix --prove's measurement before the plan: every path modelled; the IOMMU translating
         host DMA drops the GPUs' peer writes (the driver still grants peer access), which the
         check of what arrived catches on every pair; the container measured from its own CPU
         set, after its host."""
-        assert report["mode"] == "prove"
-        self.before_fix = report         # the baseline of the last audit (kept)
-        host, guest = report["hosts"]["pve-gpu1"]["proof"], report["hosts"]["llm-two"]["proof"]
-        assert host["method"] == guest["method"] == "modelled"
-        assert host["conclusion"] == "peer copies lost their data: gpu_to_gpu 28 of 28"
-        pairs = [p for p in host["paths"] if p["path"] == "gpu_to_gpu"]
+        before = proof["before"]
+        assert before["conclusion"] == "peer copies lost their data: gpu_to_gpu 28 of 28"
+        pairs = [p for p in before["paths"] if p["path"] == "gpu_to_gpu"]
         assert len(pairs) == 28 and all(p["verdict"] == "wrong data" and p["via"] == "peer" for p in pairs)
         assert all("iommu.mode" in [a.get("control") for a in p["attribution"]] for p in pairs)
-        local = [p for p in host["paths"] if p["path"] == "host_to_gpu" and p["numa"] == "local"]
+        local = [p for p in before["paths"] if p["path"] == "host_to_gpu" and p["numa"] == "local"]
         assert len(local) == 8 and all(p["verdict"] == "ok" for p in local)
-        assert guest["in_container"] is True and host["in_container"] is False
-        # the container's CPU set: cores: 96, drawn at random over both nodes at its start
+        assert guest["method"] == "modelled" and guest["in_container"] is True and proof["in_container"] is False
+        # the container's CPU set after the fix: its GPUs' nodes' CPUs (lxc.cpuset), none of a node's first core
         assert sum(len(c) for c in guest["cpus"].values()) == 96 and len(guest["cpus"]) == 2
 
     def fixed(self, report: dict) -> None:
         """After `gpuhost fix --yes --reboot if-needed`, from its JSON report and the host."""
         lab = self.lab
-        if "proof" in report["hosts"]["pve-gpu1"]:
-            self.fixed_proof(report["hosts"]["pve-gpu1"]["proof"])
+        # the quick start's fix runs with --prove
+        self.fixed_proof(report["hosts"]["pve-gpu1"]["proof"])
+        self.proved_before(report["hosts"]["pve-gpu1"]["proof"], report["hosts"]["llm-two"]["proof"])
         run = GpuhostRun(subprocess.CompletedProcess([], 0, "", ""), report)
         assert report["mode"] == "fix"
         # every control pass, or na where it does not apply (the seed's GPUs report no power limits)
@@ -182,7 +186,7 @@ class SeedFix:
         assert again.rc == 0 and again.changed("pve-gpu1") == set()
         assert "nothing to fix" in again.stderr
         lab.reboot("pve-gpu1")
-        # against the quick start's proof before the fix (SeedFix.proved): what changed since
+        # against the quick start's audit before the fix (SeedFix.audited): what changed since
         import json
         import tempfile
 

@@ -1,6 +1,8 @@
-"""ansible-lint's production profile reports nothing on the checkout: the collection and the
-top-level playbooks (the skips in .ansible-lint each say why), run plain, as a clone has it:
-the checkout's ansible.cfg finds gpuhost.stack, nothing in the environment does."""
+"""ansible-lint's production profile reports nothing on what the checkout adds around the
+collection (its playbooks/, molecule/, inventory/; the skips in .ansible-lint each say why),
+run plain, as a clone has it: the checkout's ansible.cfg finds gpuhost.stack, nothing in the
+environment does. The collection itself is linted as it ships, from its built tarball with
+no config of the checkout's (tests/audit/test_awx_project.py)."""
 import os
 import subprocess
 import sys
