@@ -11,11 +11,17 @@ BARE_PACKAGES := grub-common grub2-common
 LAB_DEBS := /var/cache/gpuhost-lab
 PYTEST_ARGS ?=
 
-.PHONY: audit test install system-deps lab-demo molecule changelog man bench clean generate scenario-coverage
+.PHONY: audit test install install-test system-deps lab-demo molecule changelog man bench clean generate scenario-coverage
 
+# what `make audit` needs (gpuhost and its runtime dependencies) ...
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install -q --disable-pip-version-check -e .
+	touch $@
+
+# ... and what `make test` needs besides (the test tools, and every wheel kept offline)
+$(BIN)/.installed-test: $(BIN)/.installed pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
 	@# everything it installed, as wheels: the pipx and README tests install from them offline
 	$(BIN)/python -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*d['dependencies'], *d['optional-dependencies']['test'], sep='\n')" > $(VENV)/deps.txt
@@ -27,6 +33,8 @@ install: $(BIN)/.installed
 	@# not): where PYTHONDONTWRITEBYTECODE is set, every CLI run and lab supervisor would compile
 	@# them again (0.15 s of CPU a process). Quick when nothing changed.
 	$(BIN)/python -m compileall -q src ansible_collections
+
+install-test: $(BIN)/.installed-test install
 
 # the role glue, argument specs, watch lists and docs, made from the controls' declarations
 # (plugins/module_utils/controls/<id>.py); tests/unit/test_generated.py fails while they are stale
@@ -58,7 +66,7 @@ system-deps:
 audit: install
 	$(BIN)/gpuhost audit || [ $$? -eq 2 ]
 
-test: system-deps install
+test: system-deps install-test
 	@# worksteal: a worker that runs out takes the other's queued tests, so the long lab cycles never end on one
 	$(BIN)/python -m pytest -n 2 --dist worksteal $(PYTEST_ARGS)
 
@@ -67,27 +75,27 @@ lab-demo: install
 
 # a release of the collection: antsibull-changelog turns the fragments into the release (VERSION=x.y.z),
 # then the changelog's lists are indented as the collection's own lint wants them
-changelog: install
+changelog: install-test
 	cd ansible_collections/gpuhost/stack && PATH="$(abspath $(BIN)):$$PATH" antsibull-changelog release $(if $(VERSION),--version $(VERSION))
 	$(BIN)/python tools/changelog_reindent.py ansible_collections/gpuhost/stack/changelogs/changelog.yaml
 
 # docs/gpuhost.1 from the CLI's parser (tools/make_manpage.py); a test fails while it is stale
-man: install
+man: install-test
 	$(BIN)/python tools/make_manpage.py
 
 # molecule's default scenario on the seed lab (create, check, converge, idempotence, verify,
 # destroy); its Ansible and gpuhost are the venv's, so the venv goes first on PATH
-molecule: system-deps install
+molecule: system-deps install-test
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/molecule test
 
 # the branches of every control's judgement (plugins/module_utils/controls/<id>.py) that the
 # scenarios of tests/controls/ reach, as a figure
-scenario-coverage: install
+scenario-coverage: install-test
 	$(BIN)/python -m coverage run --data-file=.coverage.scenarios --branch --include='*/module_utils/controls/[a-z]*_*.py' \
 	  -m pytest -q -p no:cacheprovider tests/unit/test_controls.py -k test_scenario
 	$(BIN)/python -m coverage report --data-file=.coverage.scenarios
 
-bench: system-deps install
+bench: system-deps install-test
 	$(BIN)/python benchmarks/lab_bringup.py
 	$(BIN)/python benchmarks/audit_vs_setup.py
 	$(BIN)/python benchmarks/fleet_audit.py

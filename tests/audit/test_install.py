@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from test_seed import SEED_EXPECTED
 
-# the runtime dependencies as wheels, kept by `make install` (pipx resolves them offline)
+# the runtime dependencies as wheels, kept by `make install-test` (pipx resolves them offline)
 WHEELHOUSE = Path(sys.executable).parents[1] / "wheelhouse"
 
 
@@ -62,7 +62,7 @@ def test_the_wheel_installs_into_a_clean_venv_and_audits_from_another_directory(
 
 
 def test_pipx_installs_the_wheel_with_its_dependencies_and_the_command_audits(seed_lab, wheel, tmp_path):
-    assert any(WHEELHOUSE.glob("ansible_core-*.whl")), f"{WHEELHOUSE} lacks the runtime wheels: run `make install`"
+    assert any(WHEELHOUSE.glob("ansible_core-*.whl")), f"{WHEELHOUSE} lacks the runtime wheels: run `make install-test`"
     home, bindir = tmp_path / "pipx", tmp_path / "bin"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PIPX_", "VIRTUAL_ENV"))}
     env.update(PIPX_HOME=str(home), PIPX_BIN_DIR=str(bindir), PIPX_MAN_DIR=str(tmp_path / "man"),

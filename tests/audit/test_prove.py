@@ -110,7 +110,7 @@ def test_sigint_stops_the_measurements_and_says_so(make_lab, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "prove", "-i", str(lab.inventory), "--repeats", "3000",
                              "--json", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
-    time.sleep(5)
+    time.sleep(3.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err[-2000:]

@@ -1,6 +1,6 @@
 """The README works verbatim: in a fresh clone, `make audit` (the first of its two commands)
 installs and audits this machine, and the quick start's lines, run exactly as written, end
-as their comments say. Offline: pip installs from the wheels `make install` kept.
+as their comments say. Offline: pip installs from the wheels `make install-test` kept.
 
 The quick start brings up the seed host and its container and fixes them: the seed's whole
 fix is checked around its lines (test_seed.SeedFix), so the seed is converged once for both."""
