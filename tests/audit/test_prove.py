@@ -13,7 +13,10 @@ import jsonschema
 import xmlschema
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, SPECS, gpuhost
+import pytest
+
+from conftest import ROOT, SPECS, LabHandle, gpuhost
+from gpuhost.lab import manager
 
 SCHEMA = json.loads((ROOT / "docs/report.schema.json").read_text())
 
@@ -23,8 +26,17 @@ def paths(report: dict, host: str, path: str, **where) -> list[dict]:
             if p["path"] == path and all(p.get(k) == v for k, v in where.items())]
 
 
-def test_every_shortfall_with_what_bears_on_it(make_lab, tmp_path):
-    lab = make_lab(SPECS / "prove-shortfalls.yml")
+@pytest.fixture(scope="module")
+def shortfalls(tmp_path_factory):
+    """The lab host of every shortfall, shared: prove changes nothing on it."""
+    directory = tmp_path_factory.mktemp("prove") / "lab"
+    inventory = manager.up([str(SPECS / "prove-shortfalls.yml")], directory)
+    yield LabHandle(directory, inventory)
+    manager.down(directory)
+
+
+def test_every_shortfall_with_what_bears_on_it(shortfalls, tmp_path):
+    lab = shortfalls
     disk = lab.disk("prove-shortfalls")
     run = gpuhost("prove", "-i", str(lab.inventory), "--html", str(tmp_path / "r.html"),
                   "--prom", str(tmp_path / "m.prom"), "--junit", str(tmp_path / "r.xml"))
@@ -95,7 +107,7 @@ def test_bad_input_is_one_line_and_touches_no_host(tmp_path):
         assert run.rc == 1 and run.stderr.strip().splitlines() == [f"error: {line}"], run.stderr
 
 
-def test_sigint_stops_the_measurements_and_says_so(make_lab, tmp_path):
+def test_sigint_stops_the_measurements_and_says_so(shortfalls, tmp_path):
     """SIGINT mid-measurement: the read-only play is cut short, each host's measurement sees its
     SSH session close and stops, the command says so in one line and exits 3."""
     import os
@@ -104,7 +116,7 @@ def test_sigint_stops_the_measurements_and_says_so(make_lab, tmp_path):
     import sys
     import time
 
-    lab = make_lab(SPECS / "prove-shortfalls.yml")
+    lab = shortfalls
     report = tmp_path / "r.json"
     # 3,000 repeats of each launch path: some 20 s of launches, cut after the audit
     proc = subprocess.Popen([sys.executable, "-m", "gpuhost.cli", "prove", "-i", str(lab.inventory), "--repeats", "3000",

@@ -355,7 +355,7 @@ def test_sigint_mid_measurement_gives_back_every_buffer_and_says_so(lab_gpus, tm
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib.parent), "PYTHONPATH": str(ROOT)}
     module = ROOT / "ansible_collections/gpuhost/stack/plugins/modules/measure.py"
     proc = subprocess.Popen([sys.executable, str(module), str(args)], stdout=subprocess.PIPE, text=True, env=env)
-    time.sleep(1.0)
+    time.sleep(0.7)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     result = json.loads(out)
@@ -377,7 +377,7 @@ def test_the_measurement_stops_when_its_caller_is_gone(lab_gpus, tmp_path):
     read, write = os.pipe()
     proc = subprocess.Popen([sys.executable, str(module), str(args)], stdout=write, env=env)
     os.close(write)
-    time.sleep(1.0)
+    time.sleep(0.7)
     os.close(read)                          # the controller's end of the session is gone
     try:
         # measured to the end, GPU 0's launch paths alone would take 24 s and both GPUs' 48:
