@@ -23,6 +23,13 @@ GPUS = [{"index": 0, "bus_id": "0000:01:00.0", "name": "NVIDIA RTX PRO 6000 Blac
         {"index": 1, "bus_id": "0000:81:00.0", "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "numa_node": 1}]
 
 
+# two GPUs below one PCIe switch (upstream port 01:00.0, downstream ports 02:00.0 and 02:01.0)
+SWITCH = {"pci": [link("0000:00:01.1", port_type=4), link("0000:01:00.0", "0000:00:01.1", port_type=5),
+                  link("0000:02:00.0", "0000:01:00.0", port_type=6), link("0000:02:01.0", "0000:01:00.0", port_type=6),
+                  link("0000:03:00.0", "0000:02:00.0"), link("0000:04:00.0", "0000:02:01.0")]}
+SWITCH_GPUS = [dict(GPUS[0], bus_id="0000:03:00.0"), dict(GPUS[1], index=1, bus_id="0000:04:00.0", numa_node=0)]
+
+
 def row(path, gpu=0, samples=(55.0, 55.1, 54.9, 55.2, 55.0), unit="GB/s", **extra):
     out = {"path": path, "gpu": gpu, "bus_id": GPUS[gpu]["bus_id"] if gpu is not None else None, "unit": unit,
            "samples": list(samples), **extra}
@@ -113,10 +120,7 @@ def test_pairs_through_the_host_name_the_p2p_controls():
 
 
 def test_acs_redirect_bears_on_a_pair_below_one_switch():
-    facts = {"pci": [link("0000:00:01.1", port_type=4), link("0000:01:00.0", "0000:00:01.1", port_type=5),
-                     link("0000:02:00.0", "0000:01:00.0", port_type=6), link("0000:02:01.0", "0000:01:00.0", port_type=6),
-                     link("0000:03:00.0", "0000:02:00.0"), link("0000:04:00.0", "0000:02:01.0")]}
-    gpus = [dict(GPUS[0], bus_id="0000:03:00.0"), dict(GPUS[1], index=1, bus_id="0000:04:00.0", numa_node=0)]
+    facts, gpus = SWITCH, SWITCH_GPUS
     findings = {"pcie.acs": {"status": "drift", "observed": "ACS redirect on 0000:02:00.0, 0000:02:01.0"}}
     pair = dict(row("gpu_to_gpu", 0, samples=(27.7,) * 5, peer=1, peer_bus_id="0000:04:00.0", via="peer"),
                 bus_id="0000:03:00.0")
@@ -150,10 +154,7 @@ def test_the_memory_threshold_is_named_where_a_copy_inside_gpu_memory_falls_shor
 
 
 def test_all_gpus_at_once_against_the_sum_and_a_shared_switch_link():
-    facts = {"pci": [link("0000:00:01.1", port_type=4), link("0000:01:00.0", "0000:00:01.1", port_type=5),
-                     link("0000:02:00.0", "0000:01:00.0", port_type=6), link("0000:02:01.0", "0000:01:00.0", port_type=6),
-                     link("0000:03:00.0", "0000:02:00.0"), link("0000:04:00.0", "0000:02:01.0")]}
-    gpus = [dict(GPUS[0], bus_id="0000:03:00.0"), dict(GPUS[1], index=1, bus_id="0000:04:00.0", numa_node=0)]
+    facts, gpus = SWITCH, SWITCH_GPUS
     both = row("host_to_all_gpus", None, samples=(55.0,) * 5, members=[0, 1])
     proof = pathproof.judge(measured(both, gpus=gpus), facts, {})
     agg = proof["paths"][0]
