@@ -84,25 +84,27 @@ def test_without_i_the_inventory_ansible_would_use_and_a_host_list_with_i(make_l
     import subprocess
     import sys
 
-    lab = make_lab(SEED_HOST)
+    from conftest import SPECS
+
+    lab = make_lab(SPECS / "switch-host.yml")         # a small host: the inventory is what is tested
     work = tmp_path / "ops"
     work.mkdir()
     (work / "fleet.yml").write_text(lab.inventory.read_text())
     (work / "ansible.cfg").write_text("[defaults]\ninventory = fleet.yml\n")
     want = ansible_decides_hosts(work, {})
-    assert want == {"pve-gpu1"}
-    from_cfg = gpuhost("audit", "--controls", "pcie.mrrs", cwd=work)
+    assert want == {"switch-host"}
+    from_cfg = gpuhost("audit", "--controls", "pcie.acs", cwd=work)
     assert from_cfg.rc == 2 and set(from_cfg.report["hosts"]) == want, from_cfg.stderr
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {"ANSIBLE_INVENTORY": str(lab.inventory)}
-    assert ansible_decides_hosts(elsewhere, env) == {"pve-gpu1"}
-    proc = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "--controls", "pcie.mrrs", "--json", "r.json"],
+    assert ansible_decides_hosts(elsewhere, env) == {"switch-host"}
+    proc = subprocess.run([sys.executable, "-m", "gpuhost.cli", "audit", "--controls", "pcie.acs", "--json", "r.json"],
                           cwd=elsewhere, env={**os.environ, **env}, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL)
     import json
-    assert proc.returncode == 2 and set(json.loads((elsewhere / "r.json").read_text())["hosts"]) == {"pve-gpu1"}, proc.stderr
+    assert proc.returncode == 2 and set(json.loads((elsewhere / "r.json").read_text())["hosts"]) == {"switch-host"}, proc.stderr
 
     # a host list: taken, tried, and an address nothing answers on is unreachable, not bad input
     listed = gpuhost("audit", "-i", "127.0.1.250,", "--controls", "pcie.mrrs", "--task-timeout", "30")

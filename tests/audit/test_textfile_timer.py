@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, SEED_HOST
+from conftest import ROOT, SPECS
 
 UNITS = ROOT / "src/gpuhost/systemd"
 
@@ -51,12 +51,12 @@ def expand(command: str, env: dict) -> list[str]:
 
 
 def test_the_service_writes_a_textfile_prometheus_reads(make_lab, tmp_path):
-    lab = make_lab(SEED_HOST)
+    lab = make_lab(SPECS / "switch-host.yml")      # a small host: its switch's ports redirect ACS (drift)
     service = unit("gpuhost-audit.service")["Service"]
     # Environment= is given twice (configparser keeps only the last): read both from the file
     env = dict(re.findall(r"^Environment=(\w+)=(.*)$", (UNITS / "gpuhost-audit.service").read_text(), re.M))
     assert env == {"GPUHOST_ARGS": "", "GPUHOST_PROM": "/var/lib/prometheus/node-exporter/gpuhost.prom"}
-    env.update(GPUHOST_ARGS=f"-i {lab.inventory} --limit pve-gpu1", GPUHOST_PROM=str(tmp_path / "gpuhost.prom"),
+    env.update(GPUHOST_ARGS=f"-i {lab.inventory}", GPUHOST_PROM=str(tmp_path / "gpuhost.prom"),
                STATE_DIRECTORY=str(tmp_path / "state"))
     (tmp_path / "state").mkdir()
     argv = expand(service["ExecStart"], env)
@@ -65,7 +65,7 @@ def test_the_service_writes_a_textfile_prometheus_reads(make_lab, tmp_path):
     run = subprocess.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
                          env={**os.environ, "NO_COLOR": "1"}, cwd=tmp_path)
     assert run.returncode == 2, run.stderr[-2000:]          # drift found: SuccessExitStatus=2
-    assert run.stdout.startswith("pve-gpu1: FAIL ")
+    assert run.stdout.startswith("switch-host: FAIL ")
     families = {f.name: f for f in text_string_to_metric_families((tmp_path / "gpuhost.prom").read_text())}
     drifted = {s.labels["control"] for s in families["gpuhost_control_status"].samples if s.labels["status"] == "drift"}
-    assert "pcie.mrrs" in drifted and (tmp_path / "state/last-audit.json").is_file()
+    assert "pcie.acs" in drifted and (tmp_path / "state/last-audit.json").is_file()
