@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 

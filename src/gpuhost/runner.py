@@ -14,7 +14,6 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path

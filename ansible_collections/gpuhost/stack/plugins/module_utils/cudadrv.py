@@ -25,7 +25,6 @@ P = ctypes.POINTER
 
 # cuda.h: CUresult values the measurement names itself
 CUDA_SUCCESS = 0
-CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 
 # cuda.h flags
@@ -152,7 +151,8 @@ class Driver:
             raise CudaError(name, code, self.error_name(code))
 
     def status(self, name, *args):
-        """The call's CUresult, unchecked (for the codes a caller expects, such as NOT_READY)."""
+        """The call's CUresult, unchecked (for the codes a caller expects, such as
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)."""
         return self.fn(name)(*args)
 
     # ---- the few values the measurement reads back -------------------------------------------
