@@ -87,8 +87,15 @@ class Rendered:
                 now = hashlib.sha256(target.read_bytes()).hexdigest() if target.exists() else "absent"
                 assert now == kind.expect_sha256, f"{kind.path} changed since the judgement read it"
                 self.write(kind.path, kind.content)
-            elif isinstance(kind, fixes.RuntimeWrite) and kind.path:
-                self.machine.tree.nodes[kind.path.lstrip("/")].put(kind.value.encode())
+            elif isinstance(kind, fixes.RuntimeWrite):
+                for path in [kind.path] if kind.path else self._glob(kind.glob):
+                    # through the links sysfs has (/sys/block/<disk> -> ../devices/...)
+                    real = str((self.root / path.lstrip("/")).resolve().relative_to(self.root.resolve()))
+                    try:
+                        self.machine.tree.nodes[real].put(kind.value.encode())
+                    except OSError:
+                        if not kind.refused_ok:
+                            raise
             elif isinstance(kind, fixes.Initramfs):
                 provision.build_initramfs(self.root, self.spec)
             elif isinstance(kind, fixes.LxcCpuset):
@@ -99,12 +106,18 @@ class Rendered:
                     assert fixed is not None, f"{c['path']} names another CPU set"
                     target.write_text(fixed)
             elif isinstance(kind, fixes.BootUnit):
-                # gpuhost.stack.file with wanted_by: the unit, and its link in multi-user.target.wants
+                # its data files, then gpuhost.stack.file with wanted_by: the unit, and its link
+                # in multi-user.target.wants
+                for path, text in kind.data:
+                    self.write(path, text)
                 self.write(f"/etc/systemd/system/{kind.name}", kind.content)
                 link = self.root / "etc/systemd/system/multi-user.target.wants" / kind.name
                 link.parent.mkdir(parents=True, exist_ok=True)
                 if not link.is_symlink():
                     link.symlink_to(f"/etc/systemd/system/{kind.name}")
+            elif isinstance(kind, fixes.UnitRemoval):
+                for rel in (f"etc/systemd/system/multi-user.target.wants/{kind.name}", f"etc/systemd/system/{kind.name}"):
+                    (self.root / rel).unlink(missing_ok=True)
             elif isinstance(kind, fixes.DaemonReload):
                 pass                        # systemd reads units again: the model reads the disk at each boot
             elif isinstance(kind, fixes.UnitStart) and kind.restart:
@@ -120,6 +133,63 @@ class Rendered:
             done += kind.plan() if hasattr(kind, "plan") else [type(kind).__name__]
         lay_out_kernel_files(self.root, self.machine)
         return done
+
+    def _glob(self, pattern: str) -> list[str]:
+        """The kernel files a glob names, as glob(3) matches them on the host's /sys."""
+        import glob
+        return sorted("/" + str(Path(p).relative_to(self.root)) for p in glob.glob(str(self.root) + pattern))
+
+    def _tmpfiles(self, conf: str) -> list[str]:
+        """A boot unit's `systemd-tmpfiles --create CONF`, by the real systemd-tmpfiles: it runs
+        on a copy of the model's /sys made of empty files (its `w` writes without truncating,
+        which a file laid out here would keep the tail of), and each file it wrote there is
+        written to the kernel model, line by line in the file's order. Errors: the writes the
+        kernel refused."""
+        import glob
+        import shutil
+        import subprocess
+        import tempfile
+        scratch = Path(tempfile.mkdtemp(prefix="tmpfiles-", dir=self.root.parent))
+        try:
+            for path, value in self.machine.tree.snapshot().items():
+                if not path.startswith("sys/"):
+                    continue
+                target = scratch / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(value, str) and value.startswith("-> "):
+                    os.symlink(value[3:], target)
+                else:
+                    target.touch()
+            res = subprocess.run(["systemd-tmpfiles", f"--root={scratch}", "--create", str(self.root / conf.lstrip("/"))],
+                                 capture_output=True, text=True)
+            assert "Unknown" not in res.stderr and "Failed to parse" not in res.stderr, res.stderr
+            failed = []
+            for line in (self.root / conf.lstrip("/")).read_text().splitlines():
+                if not line.startswith("w "):
+                    continue
+                pattern = line.split()[1]
+                for written in sorted(glob.glob(str(scratch) + pattern)):
+                    value = Path(written).read_bytes()
+                    if not value:
+                        continue
+                    rel = str(Path(written).relative_to(scratch))
+                    try:
+                        self.machine.tree.nodes[rel].put(value)
+                    except OSError as e:
+                        failed.append(f"/{rel}: {e.strerror}")
+            return failed
+        finally:
+            shutil.rmtree(scratch)
+
+    def _boot_units(self) -> list[str]:
+        """The enabled units' commands the harness models, in systemd's start order: a gpuhost
+        unit's systemd-tmpfiles calls. The writes a unit's tmpfiles call could not make."""
+        failed = []
+        for command in self.machine.boot.units:
+            words = command.split()
+            if words[:2] == ["systemd-tmpfiles", "--create"]:
+                failed += self._tmpfiles(words[2])
+        return failed
 
     def _run_unit(self, name: str) -> None:
         """A unit's ExecStart lines as the lab's systemctl runs them, for the commands the
@@ -152,6 +222,7 @@ class Rendered:
             marker.write_text("active\n")
             marker.with_name(marker.name + ".started").write_text("")
         self.smi = SmiStub(self.machine, self.smi.r470)
+        self.boot_failures = self._boot_units()
         lay_out_kernel_files(self.root, self.machine)
 
     def run(self, argv: list[str]) -> tuple[int, str, str]:

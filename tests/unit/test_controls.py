@@ -33,6 +33,7 @@ def test_scenario(rendered, cid, name, sc):
     assert f["status"] == sc["expect"], f
     if sc.get("says"):
         assert sc["says"] in f["message"] + str(f["observed"]) + repr(f["fix"]), f
+    assert "/bin/sh" not in repr(f["fix"]), "a control's fix is data and programs, never shell"
 
 
 CYCLES = [(cid, name, sc) for cid, name, sc in SCENARIOS if sc.get("cycle")]

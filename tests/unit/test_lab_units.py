@@ -232,3 +232,22 @@ def test_the_bytecode_cache_is_on_a_host_only_where_the_lab_was_asked_for_it(tmp
     assert (site / "gpuhost_lab_bytecode.py").read_bytes() == (provision.shim_source() / "gpuhost_lab_bytecode.py").read_bytes()
     provision.install_bytecode_cache(tmp_path, False)
     assert sorted(p.name for p in site.rglob("*gpuhost_lab_bytecode*")) == []
+
+
+def test_udev_rules_set_each_disks_scheduler_at_coldplug_in_file_order(tmp_path):
+    """Rules that write ATTR{queue/scheduler}, in rules-file order (udev(7)), the last write
+    staying; a rule that does not match a disk, a name the queue does not offer, and a rule
+    with a key the model does not know leave it alone."""
+    spec = parse_spec(seed(), "seed.yml")
+    rules = tmp_path / "etc/udev/rules.d"
+    rules.mkdir(parents=True)
+    assert kernel.schedulers_at_boot(spec, tmp_path) == {"nvme0n1": "none", "nvme1n1": "mq-deadline"}
+    (rules / "60-kyber.rules").write_text('ACTION=="add|change", KERNEL=="nvme0n*", ATTR{queue/scheduler}="kyber"\n')
+    assert kernel.schedulers_at_boot(spec, tmp_path) == {"nvme0n1": "kyber", "nvme1n1": "mq-deadline"}
+    (rules / "70-none.rules").write_text('SUBSYSTEM=="block", ENV{DEVTYPE}=="disk", ATTR{queue/rotational}=="0", '
+                                         'ATTR{queue/scheduler}=="*none*", ATTR{queue/scheduler}="none"\n')
+    assert kernel.schedulers_at_boot(spec, tmp_path) == {"nvme0n1": "none", "nvme1n1": "none"}
+    (rules / "80-hdd.rules").write_text('ATTR{queue/rotational}=="1", ATTR{queue/scheduler}="mq-deadline"\n'
+                                        'KERNEL=="nvme1n1", ATTR{queue/scheduler}="bfq"\n'
+                                        'DRIVERS=="nvme", ATTR{queue/scheduler}="mq-deadline"\n')
+    assert kernel.schedulers_at_boot(spec, tmp_path) == {"nvme0n1": "none", "nvme1n1": "none"}

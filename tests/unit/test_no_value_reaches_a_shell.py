@@ -47,7 +47,8 @@ def test_a_hostile_block_device_name_stays_a_path(seed_facts, shape):
     assert finding["status"] == "drift"
     assert finding["fix"]["runtime"] == [{"path": f"/sys/block/{name}/queue/scheduler", "value": "none",
                                           "selected": True}]
-    assert name not in finding["fix"]["unit"]["content"], "the boot unit selects disks by property, never by name"
+    assert name not in finding["fix"]["file"]["content"], "the udev rule selects disks by property, never by name"
+    assert finding["fix"]["file"]["path"] == "/etc/udev/rules.d/99-gpuhost-storage-scheduler.rules"
 
 
 @pytest.mark.parametrize("shape", HOSTILE)

@@ -7,6 +7,7 @@ will have. Nothing here writes; the caller applies the result. The rules are tho
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -146,6 +147,7 @@ class BootState:
     zfs: dict = field(default_factory=dict)     # the zfs module's parameters as this boot set them
     uvm: str = "absent"                 # nvidia-uvm this boot: absent | loaded (its major) | nodes (and /dev nodes)
     containers: dict = field(default_factory=dict)   # vmid -> {request, devices}: what its config asks at start
+    schedulers: dict = field(default_factory=dict)   # disk -> the I/O scheduler udev's rules left it at coldplug
 
     @property
     def proc_cmdline(self) -> str:
@@ -543,6 +545,51 @@ def udev_rules(root: Path) -> list[tuple[str, str]]:
     return out
 
 
+def _udev_pattern(pattern: str, value: str) -> bool:
+    """udev(7) match: shell-style patterns, `|` between alternatives."""
+    return any(fnmatch.fnmatchcase(value, alt) for alt in pattern.split("|"))
+
+
+def schedulers_at_boot(spec: HostSpec, root: Path) -> dict[str, str]:
+    """Each disk's I/O scheduler after coldplug: the kernel's default (the spec's), then every
+    udev rule that writes ATTR{queue/scheduler}, in rules-file order, the last write staying
+    (udev(7): ATTR{} matches and writes a file below the device's sysfs directory; coldplug's
+    events are "add"). A rule with a key the model does not know is left out: it models the
+    keys block rules use (ACTION, SUBSYSTEM, KERNEL, ENV{DEVTYPE}, ATTR{queue/...})."""
+    sched = {b.name: b.scheduler for b in spec.block}
+    for _, rule in udev_rules(root):
+        keys = re.findall(r'([A-Z]+(?:\{[^}]*\})?)\s*(==|!=|\+=|:=|=)\s*"([^"]*)"', rule)
+        if not any(k == "ATTR{queue/scheduler}" and op in ("=", ":=") for k, op, _ in keys):
+            continue
+        for b in spec.block:
+            have = {"ACTION": "add", "SUBSYSTEM": "block", "KERNEL": b.name, "ENV{DEVTYPE}": "disk",
+                    "ATTR{queue/rotational}": str(int(b.rotational)),
+                    "ATTR{queue/scheduler}": _bracket_text(b.schedulers, sched[b.name])}
+            matched, writes = True, []
+            for key, op, value in keys:
+                if op in ("==", "!="):
+                    if key not in have:
+                        matched = False
+                        break
+                    if _udev_pattern(value, have[key]) != (op == "=="):
+                        matched = False
+                        break
+                elif key == "ATTR{queue/scheduler}":
+                    writes.append(value)
+                elif not key.startswith(("ENV{", "TAG", "RUN", "SYMLINK", "OPTIONS")):
+                    matched = False
+                    break
+            if matched:
+                for w in writes:
+                    if w in b.schedulers:   # elevator_change: a name the queue does not offer is refused
+                        sched[b.name] = w
+    return sched
+
+
+def _bracket_text(choices: list[str], current: str) -> str:
+    return " ".join(f"[{c}]" if c == current else c for c in choices)
+
+
 def udev_wanted_units(root: Path) -> list[str]:
     """Units an NVIDIA udev rule starts when the driver binds (ENV{SYSTEMD_WANTS}=, as
     Ubuntu's 71-nvidia.rules starts nvidia-persistenced)."""
@@ -663,6 +710,7 @@ def boot_state(spec: HostSpec, root: Path) -> BootState:
         zfs=zfs_params_at_boot(spec, root, release, params),
         uvm=uvm_at_boot(spec, root, loaded),
         containers=container_requests(spec, root),
+        schedulers=schedulers_at_boot(spec, root),
     )
 
 

@@ -98,7 +98,7 @@ class Machine:
         self.sysctl = dict(boot.sysctl)
         self.thp = boot.thp
         self.thp_defrag = "madvise"
-        self.sched = {b.name: b.scheduler for b in spec.block}
+        self.sched = {b.name: boot.schedulers.get(b.name, b.scheduler) for b in spec.block}
         self.read_ahead = {b.name: b.read_ahead_kb for b in spec.block}
         self.persistence = {g.bdf: spec.nvidia.persistence_default for g in spec.nvidia.gpus} if spec.nvidia else {}
         self.fabric_managed = False          # Fabric Manager set the NVLink fabric up this boot

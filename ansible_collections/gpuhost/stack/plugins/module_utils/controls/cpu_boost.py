@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent, Write
 
 CONTROL = Control(
     id="cpu.boost",
@@ -28,15 +28,20 @@ CONTROL = Control(
 )
 
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
-# At boot: boost on where a switch exists, then each policy's cap lifted to the hardware's
-# maximum (read at boot: a driver may raise cpuinfo_max_freq when boost comes on, as
-# amd-pstate does). Nothing here comes from the host: a fixed command.
-BOOST_COMMAND = ("/bin/sh -c 'c=/sys/devices/system/cpu; "
-                 "if [ -e $c/cpufreq/boost ]; then echo 1 > $c/cpufreq/boost; fi; "
-                 "if [ -e $c/intel_pstate/no_turbo ]; then echo 0 > $c/intel_pstate/no_turbo; fi; "
-                 "for p in $c/cpufreq/policy*; do if [ -e $p/boost ]; then echo 1 > $p/boost; fi; "
-                 "cat $p/cpuinfo_max_freq > $p/scaling_max_freq; done'")
-BOOST_UNIT = unit(CONTROL.units[0], "cpu.boost: frequency boost on, no cpufreq cap", [BOOST_COMMAND])
+# A scaling_max_freq request at FREQ_QOS_MAX_DEFAULT_VALUE (S32_MAX) is the same as no user
+# cap: freq_qos_update_request takes any value >= 0 and cpufreq_set_policy clamps the policy's
+# max to cpuinfo_max_freq through the driver's verify (drivers/cpufreq/cpufreq.c, store_one;
+# kernel/power/qos.c; before 5.4 the same clamp in cpufreq_set_policy). Written at boot it
+# lifts any cap to whatever the hardware's maximum is then, also after a driver raises
+# cpuinfo_max_freq as boost comes on (amd-pstate), so nothing is read at boot.
+NO_CAP = "2147483647"
+# At boot: boost on where a switch exists (the global one first: it sets every policy), then
+# each policy's cap lifted. Files that do not exist are left alone (tmpfiles' `w`).
+BOOST_WRITES = (Write(f"{CPUFREQ}/boost", "1"),
+                Write("/sys/devices/system/cpu/intel_pstate/no_turbo", "0"),
+                Write(f"{CPUFREQ}/policy*/boost", "1"),
+                Write(f"{CPUFREQ}/policy*/scaling_max_freq", NO_CAP))
+BOOST_UNIT = unit(CONTROL.units[0], "cpu.boost: frequency boost on, no cpufreq cap", BOOST_WRITES)
 
 
 def _ids(policies: list[dict]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_ok
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_ok, Write
 
 CONTROL = Control(
     id="cpu.cstates",
@@ -27,14 +27,13 @@ CONTROL = Control(
 )
 
 
-def cstate_command(max_latency: int) -> str:
-    return ("/bin/sh -c 'for s in /sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*; do "
-            f"if [ \"$(cat $s/latency)\" -gt {max_latency} ]; then echo 1 > $s/disable; fi; done'")
-
-
-def cstate_unit(max_latency: int) -> dict:
+def cstate_unit(max_latency: int, deep: list[dict]) -> object:
+    """Each state deeper than the limit disabled on every CPU at boot, by its index: the index
+    is what sysfs names (cpuidle/stateN); a firmware or driver change that renumbers the table
+    shows as a unit that no longer matches what the judgement reads, and is drift."""
     return unit("gpuhost-cpu-cstates.service", f"cpu.cstates: disable idle states above {max_latency} us",
-                [cstate_command(max_latency)])
+                [Write(f"/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state{s['index']}/disable", "1")
+                 for s in sorted(deep, key=lambda s: s["index"])])
 
 
 def capped_at_boot(driver: str | None, persisted: dict, deep: list[dict]) -> bool:
@@ -67,7 +66,7 @@ def judge(h: Host) -> Finding:
     limit = int(h.s.get("cstate_max_latency_us", 10))
     deep = [s for s in ci["states"] if s["latency_us"] > limit]
     live_bad = [s for s in deep if s["disabled"] < s["cpus"]]
-    u = cstate_unit(limit)
+    u = cstate_unit(limit, deep)
     observed = ", ".join(f"{s['name']} {s['latency_us']}us{' (disabled)' if s['disabled'] == s['cpus'] else ''}"
                          for s in ci["states"])
     expected = f"no enabled state above {limit} us"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, RuntimeWrite
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.acpi import NR_PM_PROFILES, SERVER_PROFILES
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_ok
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_ok, Write
 
 CONTROL = Control(
     id="cpu.governor",
@@ -24,12 +24,12 @@ CONTROL = Control(
 )
 
 
-# Where the governor is already performance the EPP drivers report EPP performance and
-# refuse other writes; kernels with dynamic EPP refuse manual EPP writes altogether: write
-# EPP only where it is not performance yet, and never fail on it.
-GOVERNOR_COMMAND = ("/bin/sh -c 'for p in /sys/devices/system/cpu/cpufreq/policy*; do echo performance > $p/scaling_governor; "
-                    "if [ -e $p/energy_performance_preference ] && [ \"$(cat $p/energy_performance_preference)\" != performance ]; "
-                    "then echo performance > $p/energy_performance_preference || true; fi; done'")
+# At boot: performance on every policy, then EPP performance where the file exists. Under the
+# performance policy the EPP drivers report EPP performance and refuse any other value; kernels
+# with dynamic EPP refuse manual EPP writes altogether: the EPP write may fail.
+GOVERNOR_WRITES = (Write("/sys/devices/system/cpu/cpufreq/policy*/scaling_governor", "performance"),
+                   Write("/sys/devices/system/cpu/cpufreq/policy*/energy_performance_preference", "performance",
+                         refused_ok=True))
 
 
 def governor_changes(policies: list[dict]) -> list[RuntimeWrite]:
@@ -44,7 +44,7 @@ def governor_changes(policies: list[dict]) -> list[RuntimeWrite]:
     return out
 
 
-GOVERNOR_UNIT = unit("gpuhost-cpu-governor.service", "cpu.governor: performance on every cpufreq policy", [GOVERNOR_COMMAND])
+GOVERNOR_UNIT = unit("gpuhost-cpu-governor.service", "cpu.governor: performance on every cpufreq policy", GOVERNOR_WRITES)
 SETPOLICY = ("amd-pstate-epp", "intel_pstate")
 
 

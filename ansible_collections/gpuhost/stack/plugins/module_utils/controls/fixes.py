@@ -187,18 +187,21 @@ class LxcRestart:
 
 @dataclass(frozen=True)
 class BootUnit:
-    """A oneshot unit of gpuhost's that re-applies runtime writes at every boot, installed,
-    enabled and read by systemd in one call (gpuhost.stack.file, daemon_reload); *content*
-    is what systemd reads."""
+    """A oneshot unit of gpuhost's that re-applies runtime writes at every boot (rendered from
+    its steps by persist.Boot): its data files written first, then the unit installed, enabled
+    and read by systemd in one call (gpuhost.stack.file, daemon_reload); *content* is what
+    systemd reads, *data* ((path, text), ...) what its systemd-tmpfiles calls read."""
     STEP = "unit"
     name: str
     content: str
+    data: tuple = ()
 
     def put(self, fix: dict) -> None:
-        fix["unit"] = {"name": self.name, "content": self.content}
+        fix["unit"] = {"name": self.name, "content": self.content,
+                       "data": [{"path": p, "content": t} for p, t in self.data]}
 
     def plan(self) -> list[str]:
-        return [f"install and enable the boot unit {self.name}"]
+        return [f"write {p}" for p, _ in self.data] + [f"install and enable the boot unit {self.name}"]
 
 
 @dataclass(frozen=True)
@@ -395,7 +398,8 @@ def kinds_of(fix: dict) -> list:
     if fix.get("lxc_cpuset"):
         out.append(LxcCpuset(tuple(fix["lxc_cpuset"])))
     if fix.get("unit"):
-        out.append(BootUnit(fix["unit"]["name"], fix["unit"]["content"]))
+        out.append(BootUnit(fix["unit"]["name"], fix["unit"]["content"],
+                            tuple((d["path"], d["content"]) for d in fix["unit"].get("data") or ())))
     if fix.get("remove_unit"):
         out.append(UnitRemoval(fix["remove_unit"]))
     if fix.get("daemon_reload"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible_collections.gpuhost.stack.plugins.module_utils import lxcconf
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import FileContent, fix_of, UnitStart
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_ok
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import Run, unit, unit_ok
 
 CONTROL = Control(
     id="lxc.gpu_nodes",
@@ -45,7 +45,7 @@ def uvm_unit(tool: str):
     """nvidia-modprobe -u loads nvidia-uvm, -c0 makes its nodes 0 and 1 (and makes again one of
     the wrong number); before pve-guests.service, which starts the containers marked onboot."""
     return unit(UNIT_NAME, "lxc.gpu_nodes: nvidia-uvm and its nodes before the containers start",
-                [f"{tool} -u -c0"], after="systemd-modules-load.service", before="pve-guests.service")
+                [Run((tool, "-u", "-c0"))], after="systemd-modules-load.service", before="pve-guests.service")
 
 
 def live_problems(nv: dict) -> list[str]:

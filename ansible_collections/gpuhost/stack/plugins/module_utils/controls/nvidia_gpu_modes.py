@@ -13,7 +13,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes impor
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, flag, Host, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.nvidia_power_limit import bus_id
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import PCI_ADDRESS
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent, unit_ok
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import Run, unit, unit_current_or_absent, unit_ok
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.smi import reported
 
 CONTROL = Control(
@@ -58,8 +58,8 @@ WORDS = {True: "Enabled", False: "Disabled"}
 
 def compute_unit(smi: str, wants: list[tuple[str, str]]) -> object:
     """Sets the compute mode again at every boot (a boot resets it to Default). Every address
-    matched PCI_ADDRESS and every mode is one of three words: nothing here is quoting."""
-    lines = [f"{smi} -i {bus_id(bdf)} -c {mode.upper()}" for bdf, mode in wants]
+    matched PCI_ADDRESS and every mode is one of three words."""
+    lines = [Run((smi, "-i", bus_id(bdf), "-c", mode.upper())) for bdf, mode in wants]
     return unit(UNIT, "nvidia.gpu_modes: each GPU's compute mode", lines, after="nvidia-persistenced.service")
 
 

@@ -8,7 +8,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes impor
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.smi import reported
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import PCI_ADDRESS
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent, unit_ok
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import Run, unit, unit_current_or_absent, unit_ok
 
 CONTROL = Control(
     id="nvidia.power_limit",
@@ -46,11 +46,10 @@ def power_unit(smi: str, wants: list[tuple[str, int]]) -> object:
     """Sets the limits again at every boot. A limit set while its GPU has no persistence is
     dropped as nvidia-smi exits (nvidia-smi warns so; NVML: "not persistent across ... driver
     unloads"), so each GPU gets persistence first, after nvidia-persistenced where it runs.
-    Every address matched PCI_ADDRESS and every limit is an int: nothing here is quoting to
-    systemd."""
+    Every address matched PCI_ADDRESS and every limit is an int."""
     lines = []
     for bdf, w in wants:
-        lines += [f"{smi} -i {bus_id(bdf)} -pm 1", f"{smi} -i {bus_id(bdf)} -pl {w}"]
+        lines += [Run((smi, "-i", bus_id(bdf), "-pm", "1")), Run((smi, "-i", bus_id(bdf), "-pl", str(w)))]
     return unit(UNIT, "nvidia.power_limit: each GPU's power limit", lines, after="nvidia-persistenced.service")
 
 

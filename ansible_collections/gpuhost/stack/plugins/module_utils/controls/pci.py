@@ -20,9 +20,15 @@ def sh(*words: str) -> str:
     return shlex.join(str(w) for w in words)
 
 
+def setpci_args(d: dict, register: str) -> tuple:
+    """setpci's arguments, selecting by address AND vendor:device (a renumbered bus writes
+    nothing to a stranger)."""
+    return ("-s", d["bdf"], "-d", f"{d['vendor']:04x}:{d['device']:04x}", register)
+
+
 def setpci(d: dict, register: str) -> str:
-    """setpci selecting by address AND vendor:device (a renumbered bus writes nothing to a stranger)."""
-    return sh("setpci", "-s", d["bdf"], "-d", f"{d['vendor']:04x}:{d['device']:04x}", register)
+    """The same as a command line a person can type (for a finding's manual advice)."""
+    return sh("setpci", *setpci_args(d, register))
 
 
 def pci_change(d: dict, register: str, value: int, mask: int) -> PciRegister:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import (config_writes_refused, dead_gpus, pci_change, setpci,
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import (config_writes_refused, dead_gpus, pci_change, setpci_args,
                                                                         strange_addresses)
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import unit, unit_current_or_absent
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import Run, unit, unit_current_or_absent
 
 CONTROL = Control(
     id="pcie.mrrs",
@@ -34,9 +34,8 @@ MRRS_4096 = "CAP_EXP+8.w=5000:7000"      # Device Control bits 14:12 = 101b: 409
 def mrrs_unit(targets: list[dict]) -> dict:
     """Re-applied at boot on the devices judged, each matched by address AND vendor:device
     (setpci's -s and -d both select: a renumbered bus writes nothing to a stranger)."""
-    # every address matched PCI_ADDRESS: nothing in these lines is quoting or a specifier to systemd
     return unit("gpuhost-pcie-mrrs.service", "pcie.mrrs: MaxReadReq 4096 on GPU functions",
-                [f"-/usr/bin/{setpci(d, MRRS_4096)}" for d in targets])
+                [Run(("/usr/bin/setpci", *setpci_args(d, MRRS_4096)), failure_ok=True) for d in targets])
 
 
 def judge(h: Host) -> Finding:

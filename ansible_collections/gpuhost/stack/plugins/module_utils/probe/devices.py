@@ -12,6 +12,10 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig impo
 
 __metaclass__ = type
 
+# udev(7): rules files by name across these directories, /etc first
+UDEV_RULE_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
+
+
 class DevicesProbe:
     """Probe sections: probe_iommu, probe_pci, probe_lockdown, probe_nvidia, probe_kernel_log, probe_block (a part of probe.Probe)."""
 
@@ -207,6 +211,25 @@ class DevicesProbe:
             out.append({"name": name, "rotational": self.read1("/sys/block/%s/queue/rotational" % name) == "1",
                         "scheduler": m.group(1) if m else (sched or None),
                         "schedulers": sched.replace("[", "").replace("]", "").split()})
+        return out
+
+    def probe_scheduler_rules(self):
+        """udev rules that set a disk's I/O scheduler (ATTR{queue/scheduler}="..."), as udev reads
+        its rules files (by name, /etc shadowing /lib): udev applies them in file-name order at
+        every boot and hotplug, the last write winning. Each: the file, its name, the value set,
+        whether the rule is for rotational disks only (ATTR{queue/rotational}=="1"), and the text
+        of gpuhost's own file."""
+        out = []
+        for name, path in self.conf_files(UDEV_RULE_DIRS, "*.rules"):
+            text = self.read(path) or ""
+            for line in text.replace("\\\n", " ").splitlines():
+                if line.lstrip().startswith("#"):
+                    continue
+                m = re.search(r'ATTR\{queue/scheduler\}\s*=\s*"([^"]*)"', line)
+                if m:
+                    out.append({"name": name, "path": path, "scheduler": m.group(1),
+                                "rotational_only": bool(re.search(r'ATTR\{queue/rotational\}\s*==\s*"1"', line)),
+                                "content": text if name.startswith("99-gpuhost-") else None})
         return out
 
 

@@ -15,6 +15,7 @@ __metaclass__ = type
 # udev(7): *.rules by name across these directories, a file in an earlier one (an empty one
 # in /etc to turn a package's rule off) shadowing the same name in a later one
 UDEV_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
+BOOT_DATA_DIR = "/etc/gpuhost/boot.d"
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
 
@@ -104,6 +105,16 @@ class UnitsProbe:
         enabled = any(os.path.lexists(self.p(d + "/multi-user.target.wants/" + name)) for d in UNIT_DIRS[:1])
         by_udev = any(re.search(r'SYSTEMD_WANTS\S*\s*[+:]?=\s*"?%s' % re.escape(name), text)
                       for text in self.udev_rules())
+        # a gpuhost unit's data files (persist.Boot: /etc/gpuhost/boot.d/<unit>.conf, .2.conf, ...),
+        # which its systemd-tmpfiles calls read
+        data = {}
+        if name.startswith("gpuhost-"):
+            stem = name.rsplit(".", 1)[0]
+            for path in self.glob(BOOT_DATA_DIR + "/" + stem + ".*conf"):
+                rel = self.rel(path)
+                if re.match(r"^%s(\.\d+)?\.conf$" % re.escape(stem), os.path.basename(rel)):
+                    data[rel] = self.read(rel)
         return {"content": content, "path": where, "enabled": enabled, "dropins": dropin_texts, "masked": masked,
+                "data": data,
                 "exec_start": execs, "started_by_udev": by_udev,
                 "installable": bool(re.search(r"^\s*\[Install\]", content or "", re.M))}
