@@ -239,7 +239,7 @@ def test_a_write_the_kernel_refused_in_this_boot_is_manual_not_a_fix_for_ever(tm
                               "cpu": {"boost": False}, "boot": {"cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs quiet iommu=pt"}},
                    None)
     f = host.finding("cpu.boost")
-    assert f["status"] == "drift" and {"path": "/sys/devices/system/cpu/intel_pstate/no_turbo", "value": "0"} in \
+    assert f["status"] == "drift" and {"kind": "sysfs", "path": "/sys/devices/system/cpu/intel_pstate/no_turbo", "value": "0"} in \
         f["fix"]["runtime"], f
     bid = host.facts()["boot"]["boot_id"]
     record = {"/sys/devices/system/cpu/intel_pstate/no_turbo": {"value": "0", "error": "Operation not permitted",
@@ -447,11 +447,11 @@ def test_a_refusal_of_one_file_a_glob_matched_holds_that_glob_fix():
     path = "/sys/devices/system/cpu/cpufreq/policy3/energy_performance_preference"
     host = Host({"boot": {"refused_writes": {path: {"value": "performance", "error": "Invalid argument"}}}}, {})
     f = Finding("cpu.governor", "drift", message="EPP is balance_performance",
-                fix={"runtime": [{"glob": "/sys/devices/system/cpu/cpufreq/policy*/energy_performance_preference",
+                fix={"runtime": [{"kind": "sysfs", "glob": "/sys/devices/system/cpu/cpufreq/policy*/energy_performance_preference",
                                   "value": "performance"}]})
     respect_refusals(host, f)
     assert f.status == "manual" and f.fix == {} and f"the kernel refused performance for {path}" in f.message
-    other = Finding("cpu.governor", "drift", fix={"runtime": [{"glob": "/sys/devices/system/cpu/cpufreq/policy*/"
+    other = Finding("cpu.governor", "drift", fix={"runtime": [{"kind": "sysfs", "glob": "/sys/devices/system/cpu/cpufreq/policy*/"
                                                                "scaling_governor", "value": "performance"}]})
     respect_refusals(host, other)
     assert other.status == "drift" and other.fix

@@ -20,9 +20,9 @@ from ansible_collections.gpuhost.stack.plugins.modules import runtime
 
 HOSTILE = ["$(touch {m})", "`touch {m}`", "x;touch {m}", "x&&touch {m}", "x|touch {m}", "x\ntouch {m}",
            "' ; touch {m} ; '", "\" ; touch {m} ; \""]
-CHANGE_KEYS = {frozenset({"path", "value"}), frozenset({"path", "value", "refused_ok"}),
-               frozenset({"path", "value", "selected"}), frozenset({"glob", "value"}),
-               frozenset({"pci", "device", "register", "value", "mask"}), frozenset({"persistence"})}
+CHANGE_KEYS = {frozenset({"kind", "path", "value"}), frozenset({"kind", "path", "value", "refused_ok"}),
+               frozenset({"kind", "path", "value", "selected"}), frozenset({"kind", "glob", "value"}),
+               frozenset({"kind", "pci", "device", "register", "value", "mask"}), frozenset({"kind"})}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_a_hostile_block_device_name_stays_a_path(seed_facts, shape):
                        "scheduler": "mq-deadline"}]
     finding = controls.evaluate(facts, {"controls": ["storage.scheduler"]})["storage.scheduler"]
     assert finding["status"] == "drift"
-    assert finding["fix"]["runtime"] == [{"path": f"/sys/block/{name}/queue/scheduler", "value": "none",
+    assert finding["fix"]["runtime"] == [{"kind": "sysfs", "path": f"/sys/block/{name}/queue/scheduler", "value": "none",
                                           "selected": True}]
     assert name not in finding["fix"]["file"]["content"], "the udev rule selects disks by property, never by name"
     assert finding["fix"]["file"]["path"] == "/etc/udev/rules.d/99-gpuhost-storage-scheduler.rules"

@@ -94,3 +94,30 @@ def test_a_boot_units_data_travel_through_the_fix_and_back():
     # the deeper states by index, in order
     assert [line.split()[1] for line in dict(CSTATES.data)["/etc/gpuhost/boot.d/gpuhost-cpu-cstates.conf"].splitlines()[1:]] == \
         ["/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state2/disable", "/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state3/disable"]
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"path": "/proc/sys/kernel/numa_balancing", "value": "0"}, "not a kind of live change"),
+    ({"kind": "shell", "command": "echo 0 > /proc/sys/kernel/numa_balancing"}, "not a kind of live change"),
+    ({"kind": "sysfs", "value": "0"}, "names a path or a glob"),
+    ({"kind": "sysfs", "path": "/x", "glob": "/y*", "value": "0"}, "names a path or a glob"),
+    ({"kind": "power_limit", "gpu": "00000000:01:00.0"}, "lacks power_limit_w"),
+    ({"kind": "persistence", "command": "nvidia-smi -pm 1"}, "has no field command"),
+])
+def test_a_live_change_has_one_form_from_the_judgement_to_the_host(change, says):
+    """The runtime module and the controller's plan check a change with the same rule: its kind
+    and exactly that kind's fields; anything else is refused by both, naming what is wrong."""
+    from ansible_collections.gpuhost.stack.plugins.module_utils import changes
+    with pytest.raises(ValueError, match=says):
+        changes.check(change)
+    with pytest.raises(ValueError, match=says):
+        fixes.kinds_of({"runtime": [change]})
+
+
+def test_every_runtime_kind_round_trips_through_its_dict():
+    kinds = [fixes.RuntimeWrite("1", glob="/sys/x*/y", refused_ok=True), fixes.RuntimeWrite("none", path="/sys/q", selected=True),
+             fixes.PciRegister("0000:01:00.0", "10de:2bb5", "CAP_EXP+8.w", "5000", "7000"), fixes.Persistence(),
+             fixes.PowerLimit("00000000:01:00.0", 300), fixes.GpuMode("00000000:01:00.0", "mig", "Disabled")]
+    fix = fixes.fix_of(*kinds)
+    assert {c["kind"] for c in fix["runtime"]} == {"sysfs", "pci_register", "persistence", "power_limit", "gpu_mode"}
+    assert fixes.kinds_of(fix) == kinds

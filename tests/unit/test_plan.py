@@ -23,7 +23,7 @@ def test_the_seed_hosts_plan_names_every_file_value_register_package_and_paramet
 
 
 def test_a_write_on_every_policy_is_one_line_with_a_count():
-    f = {"fix": {"runtime": [{"path": f"/sys/devices/system/cpu/cpufreq/policy{i}/scaling_governor",
+    f = {"fix": {"runtime": [{"kind": "sysfs", "path": f"/sys/devices/system/cpu/cpufreq/policy{i}/scaling_governor",
                               "value": "performance"} for i in range(64)]}}
     assert changes(f) == ["write performance to /sys/devices/system/cpu/cpufreq/policyN/scaling_governor (64 files)"]
 

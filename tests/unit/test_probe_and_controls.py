@@ -48,7 +48,7 @@ def test_probe_on_the_rendered_seed_and_the_judgement(tmp_path):
     assert {k: v["status"] for k, v in f.items()} == {
         "cpu.cstates": "drift", "numa.balancing": "drift", "pcie.mrrs": "drift", "iommu.mode": "drift", "pcie.link": "pass"}
     # matched by address and vendor:device: a renumbered bus writes nothing to another device
-    assert f["pcie.mrrs"]["fix"]["runtime"][0] == {"pci": "0000:01:00.0", "device": "10de:2bb5",
+    assert f["pcie.mrrs"]["fix"]["runtime"][0] == {"kind": "pci_register", "pci": "0000:01:00.0", "device": "10de:2bb5",
                                                    "register": "CAP_EXP+8.w", "value": "5000", "mask": "7000"}
     assert f["iommu.mode"]["fix"] == {"cmdline_set": {"iommu": "pt"}}
 
@@ -216,7 +216,7 @@ def test_zfs_arc_fix_edits_the_file_that_sets_the_limit_and_keeps_every_other_by
     edit, = f["fix"]["files"]
     assert edit["path"] == "/etc/modprobe.d/99-local.conf"
     assert edit["content"] == local.replace("zfs_arc_max=68719476736", "zfs_arc_max=9126805504")
-    assert f["fix"]["runtime"] == [{"path": "/sys/module/zfs/parameters/zfs_arc_max", "value": "9126805504"}]
+    assert f["fix"]["runtime"] == [{"kind": "sysfs", "path": "/sys/module/zfs/parameters/zfs_arc_max", "value": "9126805504"}]
     assert f["fix"]["initramfs"] is True, "root=ZFS=: the module reads the initramfs' copy"
 
 

@@ -91,7 +91,7 @@ def test_a_real_gpu_with_maxreadreq_512_is_drift_and_the_fix_names_it_exactly():
            "driver": "nvidia", **probe.parse_config(cfg)}
     f = controls.evaluate({"pci": [gpu]}, {"controls": ["pcie.mrrs"]})["pcie.mrrs"]
     assert f["status"] == "drift" and f["observed"] == "512 bytes"
-    assert f["fix"]["runtime"] == [{"pci": "0000:02:00.0", "device": "10de:1d10", "register": "CAP_EXP+8.w",
+    assert f["fix"]["runtime"] == [{"kind": "pci_register", "pci": "0000:02:00.0", "device": "10de:1d10", "register": "CAP_EXP+8.w",
                                     "value": "5000", "mask": "7000"}]
 
 
@@ -607,7 +607,7 @@ def test_a_real_mig_gpu_is_drift_where_the_inventory_wants_mig_off(tmp_path):
     assert unset["status"] == "pass", unset
     off = controls.evaluate(copy.deepcopy(facts), {"controls": ["nvidia.gpu_modes"], "nvidia_mig": False})["nvidia.gpu_modes"]
     assert off["status"] == "drift" and off["message"] == "0000:41:00.0 MIG is Enabled, Disabled wanted", off
-    assert off["fix"]["runtime"] == [{"gpu": "00000000:41:00.0", "gpu_mode": "mig", "value": "Disabled"}]
+    assert off["fix"]["runtime"] == [{"kind": "gpu_mode", "gpu": "00000000:41:00.0", "gpu_mode": "mig", "value": "Disabled"}]
     assert off["reboot_required"] is True
 
 

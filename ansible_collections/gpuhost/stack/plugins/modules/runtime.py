@@ -10,20 +10,22 @@ DOCUMENTATION = r"""
 module: runtime
 short_description: Set sysfs/procfs values, PCI config registers, GPU persistence, power limits and modes, reporting only real changes
 description:
-  - Each change is data, never a shell string. It is read first and written only where it
+  - Each change is data, never a shell string, naming its I(kind) and holding exactly that kind's
+    fields (module_utils/changes.py, the check the controller's fix makes too); a malformed change
+    fails the task before anything is written. Each is read first and written only where it
     differs, so C(changed) and the diff are true in check mode too (which writes nothing).
-  - "A file change: I(path) (or I(glob), every match), I(value); I(selected) compares the
+  - "A file change (kind C(sysfs)): I(path) (or I(glob), every match), I(value); I(selected) compares the
     bracketed choice of a list file such as C(queue/scheduler); I(refused_ok) lets the kernel
     refuse the write (an EPP the driver rejects) without failing."
-  - "A PCI register: I(pci) (address), I(device) (vendor:device, so a renumbered bus writes
+  - "A PCI register (kind C(pci_register)): I(pci) (address), I(device) (vendor:device, so a renumbered bus writes
     nothing to a stranger), I(register) (setpci's name, like C(CAP_EXP+8.w)), I(value) and
     I(mask) in hex; read and written with setpci(8), as argv."
-  - "GPU persistence: I(persistence) true turns it on with C(nvidia-smi -pm 1) where
+  - "GPU persistence (kind C(persistence)) turns it on with C(nvidia-smi -pm 1) where
     C(nvidia-smi --query-gpu=persistence_mode) shows a GPU with it off."
-  - "A GPU mode: I(gpu), I(gpu_mode) (compute, mig or ecc) and I(value) (Default,
+  - "A GPU mode (kind C(gpu_mode)): I(gpu), I(gpu_mode) (compute, mig or ecc) and I(value) (Default,
     Exclusive_Process, Prohibited; Enabled, Disabled), set with C(nvidia-smi -c), C(-mig) or C(-e)
     where it differs and read back (MIG and ECC as their pending value)."
-  - "A GPU power limit: I(gpu) (the bus id as nvidia-smi prints it) and I(power_limit_w), set
+  - "A GPU power limit (kind C(power_limit)): I(gpu) (the bus id as nvidia-smi prints it) and I(power_limit_w), set
     with C(nvidia-smi -i <gpu> -pl <W>) where C(power.limit) differs, and read back: a driver
     that drops it (no persistence mode) fails the change."
 options:
@@ -35,8 +37,8 @@ EXAMPLES = r"""
 - name: Set MaxReadReq 4096 on a GPU function | pcie.mrrs
   gpuhost.stack.runtime:
     changes:
-      - {pci: "0000:01:00.0", device: "10de:2bb5", register: CAP_EXP+8.w, value: "5000", mask: "7000"}
-      - {path: /proc/sys/kernel/numa_balancing, value: "0"}
+      - {kind: pci_register, pci: "0000:01:00.0", device: "10de:2bb5", register: CAP_EXP+8.w, value: "5000", mask: "7000"}
+      - {kind: sysfs, path: /proc/sys/kernel/numa_balancing, value: "0"}
 """
 
 RETURN = r"""
@@ -51,6 +53,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuhost.stack.plugins.module_utils import changes
 from ansible_collections.gpuhost.stack.plugins.module_utils.write import safe_dir
 from ansible_collections.gpuhost.stack.plugins.module_utils.bootid import boot_id
 
@@ -240,19 +243,14 @@ def main():
     module = AnsibleModule(argument_spec=dict(changes=dict(type="list", elements="dict", required=True)),
                            supports_check_mode=True)
     done = []
-    for change in module.params["changes"]:
-        if "pci" in change:
-            done += pci_change(module, change)
-        elif change.get("persistence"):
-            done += persistence_change(module)
-        elif "gpu" in change and "gpu_mode" in change:
-            done += gpu_mode_change(module, change)
-        elif "gpu" in change:
-            done += power_limit_change(module, change)
-        elif "path" in change or "glob" in change:
-            done += file_changes(module, change)
-        else:
-            module.fail_json(msg="not a change gpuhost.stack.runtime knows: %r" % (change,))
+    apply = {"sysfs": file_changes, "pci_register": pci_change, "persistence": lambda m, c: persistence_change(m),
+             "gpu_mode": gpu_mode_change, "power_limit": power_limit_change}
+    try:
+        kinds = [changes.check(c) for c in module.params["changes"]]
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))      # nothing is changed when any change is malformed
+    for kind, change in zip(kinds, module.params["changes"]):
+        done += apply[kind](module, change)
     module.exit_json(changed=bool(done), changed_items=[after for _, after in done],
                      diff=dict(before_header="live state", after_header="live state",
                                before="".join(b + "\n" for b, _ in done), after="".join(a + "\n" for _, a in done)))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ansible_collections.gpuhost.stack.plugins.module_utils import changes
+
 
 @dataclass(frozen=True)
 class CmdlineSet:
@@ -271,7 +273,7 @@ class RuntimeWrite:
     selected: bool = False          # the file lists choices, the current one in [brackets]
 
     def change(self) -> dict:
-        out: dict = {"path": self.path} if self.path else {"glob": self.glob}
+        out: dict = {"kind": "sysfs", **({"path": self.path} if self.path else {"glob": self.glob})}
         out["value"] = self.value
         if self.refused_ok:
             out["refused_ok"] = True
@@ -295,7 +297,8 @@ class PciRegister:
     mask: str                       # hex
 
     def put(self, fix: dict) -> None:
-        fix.setdefault("runtime", []).append({"pci": self.bdf, "device": self.device, "register": self.register,
+        fix.setdefault("runtime", []).append({"kind": "pci_register", "pci": self.bdf, "device": self.device,
+                                              "register": self.register,
                                               "value": self.value, "mask": self.mask})
 
 
@@ -305,7 +308,7 @@ class Persistence:
     STEP = "runtime"
 
     def put(self, fix: dict) -> None:
-        fix.setdefault("runtime", []).append({"persistence": True})
+        fix.setdefault("runtime", []).append({"kind": "persistence"})
 
 
 @dataclass(frozen=True)
@@ -317,7 +320,7 @@ class PowerLimit:
     watts: int
 
     def put(self, fix: dict) -> None:
-        fix.setdefault("runtime", []).append({"gpu": self.bus_id, "power_limit_w": self.watts})
+        fix.setdefault("runtime", []).append({"kind": "power_limit", "gpu": self.bus_id, "power_limit_w": self.watts})
 
 
 @dataclass(frozen=True)
@@ -331,7 +334,8 @@ class GpuMode:
     value: str                      # Default | Exclusive_Process | Prohibited; Enabled | Disabled
 
     def put(self, fix: dict) -> None:
-        fix.setdefault("runtime", []).append({"gpu": self.bus_id, "gpu_mode": self.mode, "value": self.value})
+        fix.setdefault("runtime", []).append({"kind": "gpu_mode", "gpu": self.bus_id, "gpu_mode": self.mode,
+                                              "value": self.value})
 
 
 KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, Initramfs, LxcRepair, LxcCpuset,
@@ -411,13 +415,14 @@ def kinds_of(fix: dict) -> list:
     if fix.get("restart"):
         out.append(UnitStart(tuple(fix["restart"]), restart=True))
     for c in fix.get("runtime") or []:
-        if c.get("persistence"):
+        kind = changes.check(c)     # the same check gpuhost.stack.runtime makes on the host
+        if kind == "persistence":
             out.append(Persistence())
-        elif c.get("gpu") and c.get("gpu_mode"):
+        elif kind == "gpu_mode":
             out.append(GpuMode(c["gpu"], c["gpu_mode"], c["value"]))
-        elif c.get("gpu"):
+        elif kind == "power_limit":
             out.append(PowerLimit(c["gpu"], int(c["power_limit_w"])))
-        elif c.get("pci"):
+        elif kind == "pci_register":
             out.append(PciRegister(c["pci"], c["device"], c["register"], c["value"], c["mask"]))
         else:
             out.append(RuntimeWrite(str(c["value"]), c.get("path"), c.get("glob"), bool(c.get("refused_ok")),

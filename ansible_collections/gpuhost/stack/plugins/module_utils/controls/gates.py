@@ -93,7 +93,7 @@ def respect_refusals(h: Host, finding: Finding) -> None:
     refused = (h.boot.get("refused_writes") or {}) if isinstance(h.boot, dict) else {}
     hit = []
     for c in fix.get("runtime") or []:
-        if not isinstance(c, dict):
+        if not isinstance(c, dict) or c.get("kind") != "sysfs":
             continue
         # a change by glob (each policy's file) was refused for one of the files it matched
         paths = [c["path"]] if c.get("path") else [p for p in refused if c.get("glob") and fnmatch.fnmatch(p, c["glob"])]
