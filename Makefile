@@ -11,7 +11,7 @@ BARE_PACKAGES := grub-common grub2-common
 LAB_DEBS := /var/cache/gpuhost-lab
 PYTEST_ARGS ?=
 
-.PHONY: audit test install install-test system-deps lab-demo molecule changelog man bench clean generate scenario-coverage
+.PHONY: audit test install install-test system-deps lab-demo molecule changelog man bench clean generate scenario-coverage sanity
 
 # what `make audit` needs (gpuhost and its runtime dependencies) ...
 $(BIN)/.installed: pyproject.toml
@@ -26,6 +26,8 @@ $(BIN)/.installed-test: $(BIN)/.installed pyproject.toml
 	@# everything it installed, as wheels: the pipx and README tests install from them offline
 	$(BIN)/python -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*d['dependencies'], *d['optional-dependencies']['test'], sep='\n')" > $(VENV)/deps.txt
 	$(BIN)/pip wheel -q --disable-pip-version-check -w $(VENV)/wheelhouse -r $(VENV)/deps.txt
+	@# ansible-test's own virtual environments for the sanity tests, made now (the tests run offline)
+	$(BIN)/python tools/ansible_test_sanity.py --prime >/dev/null
 	touch $@
 
 install: $(BIN)/.installed
@@ -69,6 +71,10 @@ audit: install
 test: system-deps install-test
 	@# worksteal: a worker that runs out takes the other's queued tests, so the long lab cycles never end on one
 	$(BIN)/python -m pytest -n 2 --dist worksteal $(PYTEST_ARGS)
+
+# ansible-test sanity on the collection, every test (pylint too), offline in the environments install-test made
+sanity: install-test
+	$(BIN)/python tools/ansible_test_sanity.py
 
 lab-demo: install
 	$(BIN)/gpuhost lab up tests/specs/seed/pve-gpu1.yml tests/specs/seed/llm-two.yml --dir .lab

@@ -9,7 +9,7 @@ import contextlib
 import io
 from dataclasses import dataclass
 
-from ansible_collections.gpuhost.stack.plugins.module_utils.variables import BAD_INPUT_MARK, CHECKED_VARS, INTERNAL_VARS, InventoryError, check_vars  # noqa: F401
+from ansible_collections.gpuhost.stack.plugins.module_utils.variables import CHECKED_VARS, INTERNAL_VARS, InventoryError, check_vars  # noqa: F401
 
 
 @dataclass

@@ -17,8 +17,9 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain, reboot_record
 from ansible_collections.gpuhost.stack.plugins.module_utils.pathproof import MEMORY_THRESHOLD, judge as judge_paths
+from ansible_collections.gpuhost.stack.plugins.module_utils.failure import BAD_INPUT_MARK
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
-    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, render_waivers, settings_from)
+    InventoryError, cannot_render, check_vars, render_waivers, settings_from)
 
 
 def gpu_devices(facts: dict) -> list:

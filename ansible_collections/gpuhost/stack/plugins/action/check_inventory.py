@@ -15,8 +15,9 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import plain
+from ansible_collections.gpuhost.stack.plugins.module_utils.failure import BAD_INPUT_MARK
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
-    BAD_INPUT_MARK, InventoryError, cannot_render, check_vars, render_waivers)
+    InventoryError, cannot_render, check_vars, render_waivers)
 
 
 def host_value(hostvars, name, host):

@@ -22,7 +22,7 @@ short_description: Stop a gpuhost play whose gpuhost process is gone; keep its h
 description:
   - Reads GPUHOST_RUN_FILE and GPUHOST_STOP_FILE from the environment; does nothing without them.
 requirements: []
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 import os

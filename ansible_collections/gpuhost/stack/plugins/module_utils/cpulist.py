@@ -15,7 +15,7 @@ def parse_cpulist(text):
     for part in text.strip().split(","):
         if not part:
             continue
-        lo, _, hi = part.partition("-")
+        lo, dummy, hi = part.partition("-")
         if not lo.isdigit() or (hi and not hi.isdigit()):
             raise ValueError("not a CPU list: %r" % text[:80])
         out += range(int(lo), min(int(hi or lo), 8191) + 1)

@@ -89,7 +89,7 @@ def dev_path(value: str) -> tuple[str, str]:
 
 
 def inspect(vmid: str, text: str) -> Passthrough:
-    main, _ = main_section(text)
+    main, dummy = main_section(text)
     pt = Passthrough(vmid, False)
     for raw in main:
         line = raw.strip()
@@ -299,7 +299,7 @@ def with_cpuset(text: str, cpus: str) -> str | None:
     """The config with ``lxc.cgroup2.cpuset.cpus: <cpus>`` after the main section's last line
     (where pve-container writes raw keys); the text itself where it already says so, None
     where it names another set (someone chose one since the audit)."""
-    have, _ = cpu_request(text)
+    have, dummy = cpu_request(text)
     if have is not None:
         return text if have == cpus else None
     main, rest = main_section(text)

@@ -113,7 +113,7 @@ def run_command(argv):
     """(rc, stdout, stderr) of a command, as AnsibleModule.run_command gives them."""
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=30, env=dict(os.environ, LC_ALL="C"))
+                              timeout=30, env=dict(os.environ, LC_ALL="C"), check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         return 127, "", str(exc)
     return proc.returncode, proc.stdout, proc.stderr
@@ -286,7 +286,7 @@ class Measurement:
         enqueue()
         drv.call("cuStreamSynchronize", gpu.stream)
         samples = []
-        for _ in range(self.repeats):
+        for dummy in range(self.repeats):
             self.check_time()
             drv.call("cuEventRecord", gpu.start, gpu.stream)
             enqueue()
@@ -368,7 +368,7 @@ class Measurement:
 
             def burst():
                 t0 = time.perf_counter()
-                for _ in range(LAUNCHES):
+                for dummy in range(LAUNCHES):
                     drv.call("cuLaunchKernel", fn, 1, 1, 1, 1, 1, 1, 0, gpu.stream, None, None)
                     if sync:
                         drv.call("cuStreamSynchronize", gpu.stream)
@@ -378,7 +378,7 @@ class Measurement:
 
             burst()                     # warm-up: the driver compiles the PTX at load, caches at first launch
             samples = []
-            for _ in range(self.repeats):
+            for dummy in range(self.repeats):
                 self.check_time()
                 samples.append(round(burst(), 3))
             return samples
@@ -425,7 +425,7 @@ class Measurement:
 
             def copy(size, times=1):
                 def enqueue():
-                    for _ in range(times):
+                    for dummy in range(times):
                         drv.call("cuMemcpyPeerAsync", b.buf, b.ctx, a.buf, a.ctx, size, a.stream)
                 return enqueue
             self.attempt([a, b], "gpu_to_gpu", "GB/s", lambda: self.gbs(n, self.timed_ms(a, copy(n))), bytes=n,
@@ -504,7 +504,7 @@ def stdout_open(fd=1):
 
     poller = select.poll()
     poller.register(fd, 0)
-    return not any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, ev in poller.poll(0))
+    return not any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for dummy, ev in poller.poll(0))
 
 
 def measure(drv, wanted=None, repeats=MIN_REPEATS, nbytes=DEFAULT_BYTES, time_limit=60.0, force=False,

@@ -14,7 +14,6 @@ import difflib
 import re
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import DEFAULT as REGISTRY
-from ansible_collections.gpuhost.stack.plugins.module_utils.failure import BAD_INPUT_MARK  # noqa: F401
 
 # Every variable the controls and the framework declare (their Param): site.yml checks them
 # all here (one line, before any host is touched) and so turns the roles' own validation off.
@@ -82,6 +81,7 @@ def check_vars(host: str, hv: dict, registry=None) -> None:
     *registry*'s controls declare; by default the shipped ones)."""
     registry = registry or REGISTRY
     checked = tuple(p.name for p in registry.params if p.checked)
+
     def bad(var: str, why: str) -> InventoryError:
         return InventoryError(f"host {host}: {var}: {why}")
 

@@ -47,7 +47,7 @@ options:
         a host's C(proof)). Without it, the host variable C(gpuhost_prove) (what C(gpuhost
         prove) sets) says the same; an audit alone never measures.
     type: dict
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -19,7 +19,7 @@ description:
   - Meant to run once (C(run_once), C(any_errors_fatal)) as a play's first task; a waiver's
     reason is kept as written, never rendered.
 options: {}
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -36,7 +36,7 @@ options:
     description: Keep a timestamped copy of a file before changing it, in /var/backups/gpuhost (never beside it).
     type: bool
     default: true
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -46,7 +46,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-loader: {description: systemd-boot, grub or grub-esp, returned: always, type: str}
+loader: {description: "systemd-boot, grub or grub-esp", returned: always, type: str}
 before: {description: the persisted parameters before, returned: always, type: str}
 after: {description: the persisted parameters after, returned: always, type: str}
 backup_file: {description: the backup made, returned: changed, type: str}
@@ -229,7 +229,7 @@ def main():
 
     probe = Probe("/", run=run)
     try:
-        loader, _ = probe.detect_loader(probe.read1("/proc/cmdline"))
+        loader, dummy = probe.detect_loader(probe.read1("/proc/cmdline"))
     except IOError as exc:
         module.fail_json(msg=str(exc))
     if loader == "systemd-boot" and os.path.exists(KERNEL_CMDLINE):
@@ -303,7 +303,7 @@ def main():
             write_journal(module, refresh, before, after_s)
         except OSError as exc:
             module.fail_json(msg="nothing changed: %s" % exc, changed=False)
-        for path, (_, text) in files.items():
+        for path, (dummy, text) in files.items():
             write_atomic(module, path, text)
         rc, out, err = module.run_command(refresh)
         if rc != 0:
@@ -311,7 +311,7 @@ def main():
             # leave no half-applied change: the files go back to what they were, and the boot
             # loader is refreshed again from them, since the failed refresh may have written
             # some of its targets (one ESP of two) before it failed
-            for path, (text, _) in files.items():
+            for path, (text, dummy) in files.items():
                 if existed[path]:
                     write_atomic(module, path, text)
                 elif os.path.exists(path):

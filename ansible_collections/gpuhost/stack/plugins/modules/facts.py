@@ -23,7 +23,7 @@ options:
     type: list
     elements: str
     default: []
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -34,7 +34,7 @@ options:
       - "The SHA-256 of the content the caller computed I(content) from (C(absent): no file). A file that
         differs now (changed since it was read) is not written: the task fails saying so."
     type: str
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

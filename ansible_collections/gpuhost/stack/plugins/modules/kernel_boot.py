@@ -29,7 +29,7 @@ options:
   after_install:
     description: "C({series, flavor, running, unpin, check_nvidia_module, pin})"
     type: dict
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -40,7 +40,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 release: {description: the kernel the boot loader starts now, returned: always, type: str}
-action: {description: pinned, unpinned or none, returned: always, type: str}
+action: {description: "pinned, unpinned or none", returned: always, type: str}
 """
 
 import glob
@@ -81,8 +81,6 @@ def newest_of_flavor(flavor):
     found = [os.path.basename(p)[len("vmlinuz-"):] for p in glob.glob("/boot/vmlinuz-*")]
     found = [r for r in found if not flavor or kernel_flavor(r) == flavor]
     return sorted(found, key=version_key)[-1] if found else None
-
-
 
 
 def safe_backup(module, path):

@@ -25,7 +25,7 @@ description:
 options:
   state: {description: acquired or released, type: str, choices: [acquired, released], required: true}
   path: {description: The lock file, type: path, default: /run/gpuhost/fix.lock}
-  holder: {description: Who takes it, as other runs will be told, type: str, default: gpuhost}
+  holder: {description: "Who takes it, as other runs will be told", type: str, default: gpuhost}
   wait: {description: "Seconds to wait for another run's lock, on the controller (the action plugin); 0: return busy at once", type: int, default: 1800}
   try_only: {description: "Try once and return C(busy) with the holder, never failing (the action plugin)", type: bool, default: false}
   stop_file: {description: "The action plugin stops waiting, having changed nothing, once this file exists (the run was told to stop)", type: path}
@@ -33,7 +33,7 @@ options:
   token: {description: The token acquired returned (state=released), type: str}
   run: {description: "The run taking the lock (controller, uid, id), recorded so that its controller can tell when it is gone", type: dict}
   take_over: {description: "The id of a run its controller found gone: its lock is stale and replaced", type: str}
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -49,7 +49,11 @@ token: {description: the lock's token, returned: when acquired, type: str}
 waited: {description: seconds spent waiting for another run (the action plugin), returned: when acquired, type: float}
 took_over: {description: the stale lock that was replaced, returned: when one was, type: dict}
 busy: {description: another run holds the lock, returned: always when acquiring, type: bool}
-held: {description: "the lock's record (holder, since, run; foreign: why the file is no gpuhost lock; note: a record dated ahead of the host's clock)", returned: when busy, type: dict}
+held:
+  description: "the lock's record (holder, since, run; foreign: why the file is no gpuhost lock; note: a record dated
+    ahead of the host's clock)"
+  returned: when busy
+  type: dict
 """
 
 import fcntl
@@ -221,7 +225,12 @@ def main():
                            max_age=dict(type="int", default=14400),
                            token=dict(type="str", no_log=False),
                            run=dict(type="dict"),
-                           take_over=dict(type="str")),
+                           take_over=dict(type="str"),
+                           # the action plugin's (it waits on the controller); documented here
+                           # with the module, and never acted on on the host
+                           wait=dict(type="int", default=1800),
+                           try_only=dict(type="bool", default=False),
+                           stop_file=dict(type="path")),
         required_if=[("state", "released", ("token",))],
         supports_check_mode=True)
     if module.check_mode:

@@ -33,7 +33,7 @@ options:
   lock_timeout: {description: Seconds to wait for Proxmox's config lock, type: int, default: 60}
   backup_dir: {description: Where to keep a copy of the config before changing it, type: path,
                default: /var/backups/gpuhost}
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -95,7 +95,7 @@ def main():
         # read, judge and repair; just before the rename, the file is read again: one that
         # changed meanwhile (an editor that does not take PVE's lock) is judged again from
         # what it holds now, never overwritten with a repair of what it held before
-        for _ in range(3):
+        for dummy in range(3):
             raw = read_config(module, vmid, path)
             fixed, result = repaired(module, p, vmid, path, raw)
             if fixed is None:
@@ -136,7 +136,7 @@ def repaired(module, p, vmid, path, raw):
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         module.fail_json(msg="%s has bytes that are not UTF-8 (at byte %d): gpuhost does not edit it" % (path, exc.start))
-    main_lines, _ = lxcconf.main_section(text)
+    main_lines, dummy = lxcconf.main_section(text)
     held = [l.split(":", 1)[1].strip() for l in main_lines if re.match(r"^lock\s*:", l)]
     if held:
         module.fail_json(msg="container %d is locked (%s: a backup, migration or snapshot in progress): "

@@ -33,7 +33,7 @@ options:
   time_limit: {description: Seconds the whole measurement may take., type: float, default: 60}
   force: {description: Measure GPUs that are in use too (named in the result)., type: bool, default: false}
   busy_percent: {description: Utilisation above which a GPU counts as in use., type: int, default: 5}
-author: gpuhost
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

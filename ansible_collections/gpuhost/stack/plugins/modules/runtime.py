@@ -29,8 +29,8 @@ description:
     with C(nvidia-smi -i <gpu> -pl <W>) where C(power.limit) differs, and read back: a driver
     that drops it (no persistence mode) fails the change."
 options:
-  changes: {description: The changes, in order, type: list, elements: dict, required: true}
-author: gpuhost
+  changes: {description: "The changes, in order", type: list, elements: dict, required: true}
+author: gpuhost maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -251,9 +251,9 @@ def main():
         module.fail_json(msg=str(exc))      # nothing is changed when any change is malformed
     for kind, change in zip(kinds, module.params["changes"]):
         done += apply[kind](module, change)
-    module.exit_json(changed=bool(done), changed_items=[after for _, after in done],
+    module.exit_json(changed=bool(done), changed_items=[after for dummy, after in done],
                      diff=dict(before_header="live state", after_header="live state",
-                               before="".join(b + "\n" for b, _ in done), after="".join(a + "\n" for _, a in done)))
+                               before="".join(b + "\n" for b, dummy in done), after="".join(a + "\n" for dummy, a in done)))
 
 
 if __name__ == "__main__":

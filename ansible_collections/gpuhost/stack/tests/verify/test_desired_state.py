@@ -124,8 +124,8 @@ def test_cpu_cstates(view: View):
                         f"{CPU}/cpu[0-9]*/cpuidle/state[0-9]*/disable").stdout
     states: dict[str, dict[str, str]] = {}
     for line in out.splitlines():
-        path, _, value = line.partition(":")
-        state, _, name = path.rpartition("/")
+        path, dummy, value = line.partition(":")
+        state, dummy, name = path.rpartition("/")
         states.setdefault(state, {})[name] = value.strip()
     enabled_deep = [s for s, v in states.items() if v.get("disable") == "0" and int(v.get("latency", 0)) > limit]
     assert enabled_deep == []
@@ -624,7 +624,7 @@ def _cpus(text: str) -> set[int]:
     out: set[int] = set()
     for part in text.strip().split(","):
         if part.strip():
-            lo, _, hi = part.strip().partition("-")
+            lo, dummy, hi = part.strip().partition("-")
             out.update(range(int(lo), int(hi or lo) + 1))
     return out
 
@@ -646,7 +646,7 @@ def test_lxc_gpu_nodes(view: View):
     uvm = re.search(r"^\s*(\d+) nvidia-uvm$", devices, re.M)
     assert uvm, "nvidia-uvm is not loaded"
     for node in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
-        kind, _, major = view.host.run(f"stat -c '%F %t' {node} 2>/dev/null").stdout.strip().rpartition(" ")
+        kind, dummy, major = view.host.run(f"stat -c '%F %t' {node} 2>/dev/null").stdout.strip().rpartition(" ")
         assert kind == "character special file", f"{node} is missing or not a char device"
         assert int(major, 16) == int(uvm.group(1)), f"{node}: major {int(major, 16)}, nvidia-uvm {uvm.group(1)}"
     # at the next boot: a udev rule that runs nvidia-modprobe -u (one on nvidia_uvm once
@@ -663,7 +663,7 @@ def test_lxc_gpu_nodes(view: View):
         "done").stdout
     makers = []
     for chunk in found.split("== ")[1:]:
-        head, _, text = chunk.partition("\n")
+        head, dummy, text = chunk.partition("\n")
         kind, name = head.split(" ", 1)
         if kind == "rules":
             for rule in text.replace("\\\n", " ").splitlines():
@@ -750,9 +750,9 @@ def test_guest_cuda(view: View):
     if smi.rc != 0 or not rows:
         view.skip("no NVIDIA driver or GPU visible here")
     driver = tuple(int(x) for x in rows[0][1].split("."))
-    for _, version, where in found:
+    for dummy, version, where in found:
         cuda = tuple(int(x) for x in version.split(".")[:2])
-        for cc, _ in rows:
+        for cc, dummy in rows:
             assert cuda >= CUDA_FOR_CC.get(cc, (0, 0)), f"{where}: CUDA {version} for compute capability {cc}"
         assert driver >= MAJOR_DRIVER.get(cuda[0], (0,)), f"{where}: CUDA {version} on driver {rows[0][1]}"
 

@@ -41,7 +41,8 @@ def plain(value):
     # most common, are recognised without the isinstance() chain below
     kind = type(value)
     if kind is dict:
-        return {k if type(k) is str else str(k): plain(v) for k, v in value.items()}
+        # exactly str: Ansible's unsafe strings subclass it and become plain ones here
+        return {k if type(k) is str else str(k): plain(v) for k, v in value.items()}  # pylint: disable=unidiomatic-typecheck
     if kind is list:
         return [plain(v) for v in value]
     if kind in _PLAIN_SCALARS:

@@ -15,7 +15,7 @@ CONTROL = Control(
     reboot="if cmdline",
     rationale="Deep C-states (hundreds of microseconds to wake) stall the CPU threads that feed the GPUs",
     references=("Documentation/admin-guide/pm/cpuidle.rst", "kernel-parameters.txt: processor.max_cstate",
-             "drivers/idle/intel_idle.c: max_cstate"),
+                "drivers/idle/intel_idle.c: max_cstate"),
     passes=("no enabled idle state above `gpuhost_cstate_max_latency_us` (10); `processor.max_cstate=N` keeps "
             "C1..CN, `intel_idle.max_cstate=N` the first N table entries"),
     repair="disable in sysfs + boot unit",

@@ -203,7 +203,7 @@ class BootUnit:
                        "data": [{"path": p, "content": t} for p, t in self.data]}
 
     def plan(self) -> list[str]:
-        return [f"write {p}" for p, _ in self.data] + [f"install and enable the boot unit {self.name}"]
+        return [f"write {p}" for p, dummy in self.data] + [f"install and enable the boot unit {self.name}"]
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def min_cuda(cc: str) -> str | None:
     except (AttributeError, ValueError):
         return None
     same = [cuda for known, cuda in MIN_CUDA_FOR_CC.items()
-            if int(known.split(".")[0]) == major and int(known.split(".")[1]) <= minor]
+            if int(known.split(".", 1)[0]) == major and int(known.split(".")[1]) <= minor]
     return min(same, key=v) if same else None
 
 

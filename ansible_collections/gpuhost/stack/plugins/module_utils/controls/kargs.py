@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 
-
-
 LOADER_OWN = ("BOOT_IMAGE", "root", "ro", "rw", "initrd", "rootflags", "boot")
 
 

@@ -69,7 +69,7 @@ def judge(h: Host) -> Finding:
     why = []
     if default and running != default:
         why.append(f"the next boot runs {default}" + (" once (a one-time boot: grub-reboot or kernel pin --next-boot)"
-                                                       if once else "") + (
+                                                      if once else "") + (
             f" ({running} ran this boot once: proxmox-boot-tool kernel pin --next-boot, which "
             "proxmox-boot-cleanup.service undid at this boot)" if rolled_back else ""))
     if diffs:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of, KernelSeries
-from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kernels import drives_gpus_now, kernel_minimum, module_missing_for, next_kernel_without_module, pin_fix, pin_is_grub_default
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.kernels import (
+    drives_gpus_now, kernel_minimum, module_missing_for, next_kernel_without_module, pin_fix, pin_is_grub_default)
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.versions import at_least, kernel_flavor, vkey
 
@@ -19,7 +20,7 @@ CONTROL = Control(
                "keeps getting updates), and a kernel without an NVIDIA module built for it is never booted nor left "
                "as the boot loader's default"),
     references=("pve-docs: system-booting", "proxmox-kernel-helper: proxmox-boot-tool kernel pin", "dkms(8)",
-             "grub-mkconfig: util/grub.d/00_header.in, 10_linux.in"),
+                "grub-mkconfig: util/grub.d/00_header.in, 10_linux.in"),
     passes=("running kernel >= `gpuhost_kernel_min_version`, else 6.14 on Proxmox VE 8 and 9; flavours as the "
             "distribution names them (`6.14.8-2-bpo12-pve` is `pve`); a newer kernel the NVIDIA module did not "
             "build for: manual, the running kernel pinned"),

@@ -149,7 +149,7 @@ def judge(h: Host) -> Finding:
         if pt.gives_gpus:
             wanted.append((vmid, pt) + lxcconf.cpu_request(text or ""))
     # the CPUs each GPU container holds for good (its raw set) or is given in this run
-    held = {vmid: set(parse_cpulist(cpuset)) for vmid, _, cpuset, _ in wanted if cpuset is not None}
+    held = {vmid: set(parse_cpulist(cpuset)) for vmid, dummy, cpuset, dummy in wanted if cpuset is not None}
     edits, restarts, drift, manual, good = [], [], [], [], []
     for vmid, pt, cpuset, cores in wanted:
         per_node, unknown = gpu_nodes(pt, nv, h.pci)

@@ -57,7 +57,7 @@ def judge(h: Host) -> Finding:
         if "\ufffd" in (text or ""):
             # read as UTF-8 with replacement: an edit computed from it would change those bytes
             manual.append(f"{vmid}: " + ", ".join(probs) + " (the config has bytes that are not UTF-8: gpuhost does "
-                                                          "not edit it)")
+                          "not edit it)")
             continue
         if not lxcconf.repairable(pt):
             manual.append(f"{vmid}: given no /dev/nvidiaN (" + ", ".join(probs) + "); which GPUs it gets is yours to say")

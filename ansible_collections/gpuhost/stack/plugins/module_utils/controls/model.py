@@ -20,8 +20,9 @@ class Param:
     """An inventory variable: its default is written here once (roles' defaults, argument
     specs and READMEs are made from it) and the inventory check enforces type and bounds."""
     name: str                        # gpuhost_*
-    type: str                        # an argument_spec type: str, int, bool, list; raw: a bool that may be
-                                     # left unset ("": the judgement does not ask for a value)
+    # an argument_spec type: str, int, bool, list; raw: a bool that may be left unset ("": the
+    # judgement does not ask for a value)
+    type: str
     default: object
     key: str | None                  # the judgement's settings key; None: only the role's tasks read it
     doc: str                         # one line, for the role's README and argument specs
@@ -51,8 +52,9 @@ class Control:
     params: tuple[Param, ...] = ()
     host_level: bool = True          # judged on the host, na inside a container
     role_tasks: str | None = None    # a task file of the role's own, run after the fix (lxc's restart)
-    kind: str = "setting"            # "setting" (the stack's configuration) | "health" (read-only: the
-                                     # hardware's state; never fixed, stops a reboot roll-out)
+    # "setting" (the stack's configuration) | "health" (read-only: the hardware's state; never
+    # fixed, stops a reboot roll-out)
+    kind: str = "setting"
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import fix_of
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Control, error, Finding, Host, na, Param
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.pci import (config_writes_refused, dead_gpus, pci_change, setpci_args,
-                                                                        strange_addresses)
+                                                                                 strange_addresses)
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.persist import Run, unit, unit_current_or_absent
 
 CONTROL = Control(

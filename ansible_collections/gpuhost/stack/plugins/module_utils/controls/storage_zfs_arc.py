@@ -52,7 +52,7 @@ def container_memory(lxc: dict | None) -> dict[str, int]:
     for vmid, text in sorted(((lxc or {}).get("configs") or {}).items()):
         if not lxcconf.inspect(vmid, text or "").gives_gpus:
             continue
-        main, _ = lxcconf.main_section(text or "")
+        main, dummy = lxcconf.main_section(text or "")
         m = next((re.match(r"^memory\s*:\s*(\d+)\s*$", line) for line in main if re.match(r"^memory\s*:", line)), None)
         out[vmid] = (int(m.group(1)) if m else 512) * MIB
     return out

@@ -139,7 +139,8 @@ class Probe(BootProbe, CpuProbe, CudaProbe, DevicesProbe, FabricProbe, PackagesP
 
     def _gather_sections(self, facts):
         for name in ("os", "container", "cpu", "cpufreq", "cpuidle", "numa", "sysctl", "boot",
-                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "uvm_boot", "vms", "block", "scheduler_rules", "units", "apt", "zfs", "fabricmanager", "cuda"):
+                     "iommu", "pci", "lockdown", "nvidia", "kernel_log", "lxc", "uvm_boot", "vms", "block",
+                     "scheduler_rules", "units", "apt", "zfs", "fabricmanager", "cuda"):
             facts[name] = self.section(name, getattr(self, "probe_" + name))
 
     def probe_os(self):

@@ -32,7 +32,7 @@ class BootProbe:
             # proxmox-boot-tool takes the file's first line only (proxmox-kernel-helper)
             persisted = " ".join(((self.read("/etc/kernel/cmdline") or "").splitlines() or [""])[0].split())
         elif loader in ("grub", "grub-esp"):
-            values, _ = self.grub_settings()
+            values, dummy = self.grub_settings()
             persisted = " ".join((values.get("GRUB_CMDLINE_LINUX", "") + " "
                                   + values.get("GRUB_CMDLINE_LINUX_DEFAULT", "")).split())
             grub_default = values.get("GRUB_DEFAULT", "0")
@@ -67,7 +67,8 @@ class BootProbe:
                 mtimes[path] = int(max(st.st_mtime, st.st_ctime))
             except OSError:
                 pass
-        return {"cmdline": cmdline, "boot_time": int(m.group(1)) if m else None, "mtimes": mtimes, "loader": loader, "esp_modes": esp_modes, "persisted_cmdline": persisted,
+        return {"cmdline": cmdline, "boot_time": int(m.group(1)) if m else None, "mtimes": mtimes, "loader": loader, "esp_modes": esp_modes,
+                "persisted_cmdline": persisted,
                 "running_kernel": running, "installed_kernels": installed, "default_kernel": default,
                 "kernels_without_image": imageless,
                 "pinned_kernel": next_pin or pin, "permanent_pin": pin, "boot_once": once,
@@ -103,7 +104,7 @@ class BootProbe:
         modes = []
         tool = self.p("/usr/sbin/proxmox-boot-tool")
         if os.path.exists(tool):
-            rc, out, _ = self.command([tool, "status"])
+            rc, out, dummy = self.command([tool, "status"])
             # "<uuid> is configured with: uefi (versions: ...)[, grub (versions: ...)]"
             for text in (out or "").splitlines() if rc == 0 else []:
                 if "is configured with:" in text:

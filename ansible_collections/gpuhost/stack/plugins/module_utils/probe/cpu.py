@@ -10,6 +10,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.cpulist import parse
 
 __metaclass__ = type
 
+
 class CpuProbe:
     """Probe sections: probe_cpu, probe_cpufreq, probe_cpuidle, probe_numa (a part of probe.Probe)."""
 
@@ -25,7 +26,7 @@ class CpuProbe:
             count += 1
             if not first:
                 for line in block.splitlines():
-                    k, _, v = line.partition(":")
+                    k, dummy, v = line.partition(":")
                     first[k.strip()] = v.strip()
         flags = first.get("flags", "").split()
         return {"vendor": first.get("vendor_id"), "family": int(first.get("cpu family", "0") or 0),

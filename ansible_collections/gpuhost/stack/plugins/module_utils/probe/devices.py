@@ -136,7 +136,7 @@ class DevicesProbe:
         # whole query naming it ('Field "compute_cap" is not a valid field to query.', R470):
         # ask again without it, and what it would have said is unknown (None)
         fields = list(SMI_FIELDS)
-        for _ in range(len(SMI_FIELDS)):
+        for dummy in range(len(SMI_FIELDS)):
             rc, text, err = self.command(self.smi_query(smi, fields))
             m = re.search(r'Field "([^"]+)" is not a valid field to query', text + err)
             if rc == 0 or not m or m.group(1) not in fields or m.group(1) in SMI_CORE:
@@ -447,7 +447,7 @@ def read_kmsg(path):
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     lines = []
     try:
-        for _ in range(KMSG_RECORDS):
+        for dummy in range(KMSG_RECORDS):
             try:
                 chunk = os.read(fd, 8192)
             except OSError as exc:
@@ -509,4 +509,3 @@ def parse_p2p(text):
                 if i != j:
                     cells.append([i, j, code if code in P2P_CODES else "U"])
     return cells or None
-

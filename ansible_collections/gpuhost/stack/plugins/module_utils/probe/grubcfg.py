@@ -8,14 +8,16 @@ import re
 
 __metaclass__ = type
 
+
 def grubenv_values(grubenv):
     """grubenv's NAME=value lines (grub-editenv's format; the rest is # padding)."""
     out = {}
     for line in (grubenv or "").splitlines():
         if line and not line.startswith("#") and "=" in line:
-            name, _, value = line.partition("=")
+            name, dummy, value = line.partition("=")
             out[name] = value
     return out
+
 
 def grub_menu(cfg):
     """grub.cfg's menu as a tree: top-level entries and submenus with their titles, ids
@@ -37,6 +39,7 @@ def grub_menu(cfg):
             stack.pop()
     return entries
 
+
 def grub_default_kernel(cfg, grubenv):
     """(the kernel release GRUB boots next, whether only this once), resolved as GRUB does
     from grub.cfg as grub-mkconfig writes it (util/grub.d/00_header.in): a non-empty
@@ -55,6 +58,7 @@ def grub_default_kernel(cfg, grubenv):
     default = re.sub(r"\$\{?saved_entry\}?", lambda m: env.get("saved_entry", ""), default) or "0"
     return _grub_resolve(grub_menu(cfg), default), once
 
+
 def grub_entry_ids(cfg):
     """release -> "<submenu id>><entry id>" (or the entry id alone at top level)."""
     out = {}
@@ -68,6 +72,7 @@ def grub_entry_ids(cfg):
                 out[node["kernel"]] = (prefix + ">" if prefix else "") + node["id"]
     walk(grub_menu(cfg or ""), "")
     return out
+
 
 def _grub_resolve(entries, default):
     level = entries
@@ -84,6 +89,7 @@ def _grub_resolve(entries, default):
     while node and node["kernel"] is None and node["kids"]:
         node = node["kids"][0]
     return node["kernel"] if node else None
+
 
 def version_key(release):
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.\-+~_]", release))

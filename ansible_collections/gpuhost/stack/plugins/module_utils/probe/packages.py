@@ -36,7 +36,7 @@ def parse_dpkg_status(text, wanted=None):
         for line in stanza.splitlines():
             if line[:1] in (" ", "\t") or ":" not in line:
                 continue                # a continuation line (Description, Conffiles)
-            key, _, value = line.partition(":")
+            key, dummy, value = line.partition(":")
             fields[key.strip()] = value.strip()
         status = fields.get("Status", "").split()
         if len(status) == 3 and status[2] == "installed":

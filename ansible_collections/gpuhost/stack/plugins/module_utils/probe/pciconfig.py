@@ -14,6 +14,7 @@ ECAP_ID_REBAR = 0x0015      # Physical Resizable BAR (include/uapi/linux/pci_reg
 
 MPS_SIZES = (128, 256, 512, 1024, 2048, 4096)
 
+
 def parse_config(cfg):
     """Decode the registers the controls need from a config-space dump."""
     out = {}
@@ -59,6 +60,7 @@ def parse_config(cfg):
         if off == 0:
             break
     return out
+
 
 def _rebar(cfg, off):
     """Each resizable BAR: its index, the sizes it offers and its current size, in MiB.

@@ -24,6 +24,7 @@ def runs_uvm_modprobe(command):
     return any(w.endswith("nvidia-modprobe") for w in words) and any(
         w == "--unified-memory" or re.match(r"^-[a-z]*u", w) for w in words)
 
+
 class ProxmoxProbe:
     """Probe sections: probe_lxc, probe_vms, probe_uvm_boot (a part of probe.Probe)."""
 
@@ -78,14 +79,14 @@ class ProxmoxProbe:
         if not os.path.isdir(self.p("/etc/pve/lxc")):
             return None
         modules = {}
-        for _, path in self.conf_files(MODULES_LOAD_DIRS):
+        for dummy, path in self.conf_files(MODULES_LOAD_DIRS):
             for line in (self.read(path) or "").splitlines():
                 word = line.strip()
                 if word and word[0] not in "#;":
                     # the whole line names the module (modules-load.c); kmod reads - as _
                     modules.setdefault(word.replace("-", "_"), path)
         rules = []
-        for _, path in self.conf_files(UDEV_DIRS, "*.rules"):
+        for dummy, path in self.conf_files(UDEV_DIRS, "*.rules"):
             for line in (self.read(path) or "").replace("\\\n", " ").splitlines():
                 if not line.lstrip().startswith("#") and any(
                         runs_uvm_modprobe(cmd) for cmd in re.findall(r'RUN\+?="([^"]*)"', line)):

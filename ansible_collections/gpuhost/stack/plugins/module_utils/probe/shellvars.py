@@ -12,8 +12,10 @@ ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 GRUB_VARS = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_DEFAULT")
 
+
 class ShellValueError(ValueError):
     pass
+
 
 def read_shell_assignments(text, path, values, wanted):
     """Evaluate the plain `NAME=value` lines of a shell file into *values*, the way `sh`
@@ -53,6 +55,7 @@ def read_shell_assignments(text, path, values, wanted):
             assigned.append(name)
     return assigned
 
+
 def shell_scan(text):
     """(where an unquoted comment starts, or len(text); the quote still open at the end, or
     None), the way sh reads a line: quotes, backslashes, `#` only at the start of a word."""
@@ -71,8 +74,10 @@ def shell_scan(text):
             return i, None
     return len(text), quote
 
+
 def _open_quote(line):
     return shell_scan(line)[1] is not None
+
 
 def _shell_word(raw, values):
     """One shell word (the right side of NAME=...), with a trailing comment allowed."""

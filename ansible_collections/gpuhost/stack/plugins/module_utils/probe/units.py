@@ -19,6 +19,7 @@ BOOT_DATA_DIR = "/etc/gpuhost/boot.d"
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
 
+
 def _exec_starts(text, reset_marker=False):
     """ExecStart= values of a unit file's [Service] section; None for an empty ExecStart=
     (which resets the list) when reading a drop-in."""
@@ -72,7 +73,7 @@ class UnitsProbe:
         """The texts of the udev rules files udev reads (Probe.conf_files: a name in /etc
         shadowing the same name in /lib), read once for all the units asked about."""
         if getattr(self, "_udev_rules", None) is None:
-            self._udev_rules = [self.read(path) or "" for _, path in self.conf_files(UDEV_DIRS, "*.rules")]
+            self._udev_rules = [self.read(path) or "" for dummy, path in self.conf_files(UDEV_DIRS, "*.rules")]
         return self._udev_rules
 
     def effective_unit(self, name):

@@ -33,7 +33,7 @@ def options_in(text, module):
         words = [] if line.startswith("#") else line.split()
         if len(words) >= 3 and words[0] == "options" and words[1].replace("-", "_") == module:
             for word in words[2:]:
-                name, _, value = word.partition("=")
+                name, dummy, value = word.partition("=")
                 out.append((name, value, start, n))
     return out
 
