@@ -44,6 +44,7 @@ class Rendered:
     def __init__(self, root: Path, spec: HostSpec, machine: Machine, smi: "SmiStub"):
         self.root, self.spec, self.machine, self.smi = root, spec, machine, smi
         self.unreadable: dict[str, str] = {}
+        self.bmc: dict | None = None
 
     def facts(self, cuda_paths=()) -> dict:
         facts = probe.Probe(str(self.root), run=self.run, cuda_paths=cuda_paths).gather()
@@ -51,6 +52,7 @@ class Rendered:
             # as the probe reports a section it could not read (Probe.section): None, and why
             facts[section] = None
             facts["errors"][section] = why
+        facts["bmc"] = self.bmc      # the audit action's, from the controller: never the probe's
         return facts
 
     def judge(self, settings: dict | None = None, **more) -> dict[str, dict]:
@@ -372,7 +374,7 @@ BASE_HOST: dict = _BASE["host"]
 FRAGMENTS: dict = _BASE["fragments"]
 SUFFIX = {"pass": ("pass",), "na": ("na",), "fail": ("drift", "manual", "pending_reboot", "error")}
 KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "after_boot", "live", "unreadable", "settings",
-        "expect", "says", "cycle"}
+        "expect", "says", "cycle", "bmc"}
 
 
 def _set_path(data: dict, path: str, value) -> None:
@@ -482,4 +484,5 @@ def render_scenario(sc: dict, root: Path) -> Rendered:
     if after:
         after(root)
     host.unreadable = dict(sc.get("unreadable") or {})     # section -> the probe's reason
+    host.bmc = sc.get("bmc")        # what the audit read from the host's BMC (redfish.read_bios), if it has one
     return host

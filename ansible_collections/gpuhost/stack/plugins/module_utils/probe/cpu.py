@@ -119,7 +119,20 @@ class CpuProbe:
 
     def probe_numa(self):
         nodes = [os.path.basename(n) for n in self.glob("/sys/devices/system/node/node[0-9]*")]
-        return {"nodes": len(nodes) or 1}
+        # nodes with CPUs per package, as the firmware's NUMA-per-socket setting makes them
+        # (sysfs-devices-node: has_cpu, nodeX/cpulist; a CPU's topology/physical_package_id):
+        # the first and last CPU of each node name the packages it spans, two reads a node
+        cpu_nodes, packages = 0, set()
+        for node in nodes:
+            cpus = parse_cpulist(self.read1("/sys/devices/system/node/%s/cpulist" % node, "") or "")
+            if not cpus:
+                continue
+            cpu_nodes += 1
+            for cpu in {cpus[0], cpus[-1]}:
+                package = _int(self.read1("/sys/devices/system/cpu/cpu%d/topology/physical_package_id" % cpu))
+                if package is not None:
+                    packages.add(package)
+        return {"nodes": len(nodes) or 1, "cpu_nodes": cpu_nodes, "packages": len(packages)}
 
 
 def _number(path):
