@@ -28,6 +28,8 @@ RULES: tuple[tuple[str, object], ...] = (
     (r"^OpenZFS module parameters\b",
      "https://openzfs.github.io/openzfs-docs/Performance%20and%20Tuning/Module%20Parameters.html"),
     (r"^NVIDIA Xid catalog\b", "https://docs.nvidia.com/deploy/xid-errors/"),
+    (r"^AMD Instinct System Acceptance\b", "https://instinct.docs.amd.com/projects/system-acceptance/"),
+    (r"^udev\(7\)", "https://www.freedesktop.org/software/systemd/man/latest/udev.html"),
     (r"^NCCL troubleshooting\b", "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"),
     (r"^NVIDIA Fabric Manager User Guide\b", "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/"),
     (r"^NVIDIA MIG User Guide\b", "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/"),

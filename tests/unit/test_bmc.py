@@ -1,8 +1,6 @@
 """The firmware dimension, first step: BIOS settings read from a host's BMC over Redfish (GETs
 only, from the controller) and judged against what gpuhost asks for, on real BMCs' Bios
-documents (tests/real_data/bmc, each from its public source) served over real HTTPS.
-The bios.* controls are not in the catalog yet: the audit's wiring, the lab's BMC and the
-fix come next (issue 40)."""
+documents (tests/real_data/bmc, each from its public source) served over real HTTPS."""
 from __future__ import annotations
 
 import importlib
@@ -43,8 +41,7 @@ def bmc_of(ca):
         server.close()
 
 
-# the bios.* controls, judged here before the catalog takes them (the audit's wiring and the
-# lab's BMC come with them, issue 40's next step)
+# the bios.* controls, each judged as the audit judges it
 BIOS = [importlib.import_module(f"ansible_collections.gpuhost.stack.plugins.module_utils.controls.bios_{s}")
         for s in ("nps", "smt", "cppc", "cstates", "boost", "iommu", "above4g", "rebar", "acs", "determinism", "profile")]
 

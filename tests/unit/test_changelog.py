@@ -18,7 +18,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.controls import CATA
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = ROOT / "ansible_collections/gpuhost/stack"
 TOOL = str(Path(sys.executable).parent / "antsibull-changelog")
-WORDS = {14: "fourteen", 28: "twenty-eight", 29: "twenty-nine", 30: "thirty"}
+WORDS = {14: "fourteen", 28: "twenty-eight", 29: "twenty-nine", 30: "thirty", 39: "thirty-nine"}
 
 
 def tool(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -248,6 +248,14 @@ def _prepare(layout: LabLayout, specs, spec_paths: list[str], addrs: list[str]) 
             suite = f"{spec.os.codename}-backports" if spec.os.id == "debian" and not spec.is_proxmox else "lab"
             build_repository(spec.kernel.repository, layout.repo(spec.hostname), kernel_config(spec), suite)
     layout.known_hosts.write_text("".join(known))
+    bmcs = [(spec, addr) for spec, addr in zip(specs, addrs, strict=True) if isinstance(spec, HostSpec) and spec.bmc]
+    if bmcs:
+        # the lab's CA, and each BMC's certificate for its address (wrong_certificate: for another)
+        from .bmc import make_ca, make_certificate
+        ca = make_ca(layout.dir / "bmc-ca")
+        for spec, addr in bmcs:
+            ip = "127.0.1.255" if "wrong_certificate" in spec.bmc.faults else addr
+            make_certificate(layout.host_dir(spec.hostname) / "bmc", ca, ip)
     hosts = [{"name": s.hostname, "kind": s.kind, "addr": a,
               "parent": s.parent if isinstance(s, GuestSpec) else None} for s, a in zip(specs, addrs, strict=True)]
     layout.state_file.write_text(json.dumps({"version": 1, "hosts": hosts, "created": time.time()}, indent=2) + "\n")
@@ -258,6 +266,12 @@ def _write_inventory(layout: LabLayout, specs, addrs: list[str]) -> None:
     groups: dict[str, dict] = {"proxmox": {}, "lxc_guests": {}, "gpu_hosts": {}}
     for spec, addr in zip(specs, addrs, strict=True):
         hosts[spec.hostname] = {"ansible_host": addr, "gpuhost_lab_kind": spec.kind}
+        if isinstance(spec, HostSpec) and spec.bmc is not None:
+            # how an operator gives a BMC (README: BIOS settings through the BMC): its address, the
+            # account, the CA its certificate chains to; here the lab's
+            hosts[spec.hostname].update(gpuhost_bmc_address=addr, gpuhost_bmc_username=spec.bmc.username,
+                                        gpuhost_bmc_password=spec.bmc.password,
+                                        gpuhost_bmc_ca=str(layout.dir / "bmc-ca" / "ca.crt"))
         if isinstance(spec, GuestSpec):
             hosts[spec.hostname]["gpuhost_lab_parent"] = spec.parent
             groups["lxc_guests"][spec.hostname] = None

@@ -406,6 +406,20 @@ class Zfs(_Strict):
     root: bool = False
 
 
+class BmcSpec(_Strict):
+    """The host's BMC (hostspec.md bmc): a Redfish service on the host's lab address whose Bios
+    resource holds these attributes (names and values as the vendor's own documents spell
+    them, tests/real_data/bmc), what is pending, and, where given, the values the registry
+    offers; the faults it plays."""
+    vendor: Literal["Dell", "HPE", "Lenovo", "Supermicro", "AMI", "DMTF"]
+    attributes: dict[str, str]
+    pending: dict[str, str] = Field(default_factory=dict)
+    registry: Optional[dict[str, list[str]]] = None
+    username: str = "root"
+    password: str = "lab-bmc-secret"
+    faults: list[Literal["unreachable", "slow", "not_json", "huge", "wrong_certificate"]] = Field(default_factory=list)
+
+
 class HostSpec(_Strict):
     spec: Literal["gpuhost.hostspec/v1"]
     hostname: str
@@ -429,6 +443,7 @@ class HostSpec(_Strict):
     # hostspec.md cuda_runtimes on a host: none unless given (a bare-metal inference host has
     # its toolkit or torch on its own disk, and guest.cuda judges hosts too)
     cuda_runtimes: list["CudaRuntime"] = Field(default_factory=list)
+    bmc: Optional[BmcSpec] = None
 
     @property
     def runtimes(self) -> list["CudaRuntime"]:

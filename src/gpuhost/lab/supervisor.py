@@ -95,8 +95,23 @@ class Supervisor:
                 raise RuntimeError("the lab's FUSE filesystem did not mount")
             time.sleep(0.02)
 
+    def _start_bmcs(self) -> None:
+        """Each host's BMC (gpuhost.lab.bmc), on the host's address, for as long as the lab runs:
+        a BMC runs on standby power whatever its host does."""
+        from .bmc import Redfish, documents
+        self.bmcs = []
+        for h in self.hosts.values():
+            b = getattr(h.spec, "bmc", None)
+            if b is None or "unreachable" in b.faults:
+                continue
+            d = self.layout.host_dir(h.name) / "bmc"
+            docs = documents(b.vendor, b.attributes, b.pending, b.registry)
+            self.bmcs.append(Redfish(docs, d / "bmc.crt", d / "bmc.key", h.addr, user=b.username, password=b.password,
+                                     log=self.layout.host_dir(h.name) / "bmc.log", faults=tuple(b.faults)))
+
     def _boot_all(self) -> None:
         try:
+            self._start_bmcs()
             self._wait_mounted()
             for h in self.hosts.values():
                 self._mount_disk(h)

@@ -17,7 +17,9 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import evaluate, plain, reboot_record
 from ansible_collections.gpuhost.stack.plugins.module_utils.pathproof import MEMORY_THRESHOLD, judge as judge_paths
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.bios import WANTED_NAMES
 from ansible_collections.gpuhost.stack.plugins.module_utils.failure import BAD_INPUT_MARK
+from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import Bmc, RedfishError, read_bios
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
     InventoryError, cannot_render, check_vars, render_waivers, settings_from)
 
@@ -52,6 +54,21 @@ def report_facts(facts: dict) -> dict:
             "errors": facts.get("errors") or {}}
 
 
+def read_bmc(values: dict) -> dict:
+    """The host's BIOS as its BMC tells it (module_utils/redfish.py), or the one-line error
+    that names the BMC; the credentials go to the BMC and nowhere else."""
+    address = str(values["gpuhost_bmc_address"])
+    try:
+        bmc = Bmc(address, str(values.get("gpuhost_bmc_username") or ""), str(values.get("gpuhost_bmc_password") or ""),
+                  ca_file=str(values["gpuhost_bmc_ca"]) if values.get("gpuhost_bmc_ca") else None,
+                  verify=boolean(values.get("gpuhost_bmc_validate_certs", True), strict=False),
+                  timeout=float(values.get("gpuhost_bmc_timeout") or 10))
+        return read_bios(bmc, str(values.get("gpuhost_bmc_system") or "") or None, WANTED_NAMES)
+    except RedfishError as exc:
+        text = str(exc)
+        return {"address": address, "error": text[len(address) + 2:] if text.startswith(address + ": ") else text}
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -62,6 +79,7 @@ class ActionModule(ActionBase):
         report = args.get("report")
         plans, as_json = True, False
         prove = args.get("prove")
+        values: dict = {}
         if args.get("settings") is not None:
             settings = plain(args["settings"])
         else:
@@ -95,6 +113,8 @@ class ActionModule(ActionBase):
         if probed.get("failed") or probed.get("unreachable"):
             return {**result, **probed}
         facts = (probed.get("ansible_facts") or {}).get("gpuhost") or {}
+        # the host's BMC, read from here (the controller), never from the host; GETs only
+        facts["bmc"] = read_bmc(values) if values.get("gpuhost_bmc_address") else None
         findings = evaluate(facts, settings)        # which makes its own plain copy to judge
         reboot = any(f.get("status") == "pending_reboot" for f in findings.values())
         # the findings and a summary of the host come back, not the facts themselves (some

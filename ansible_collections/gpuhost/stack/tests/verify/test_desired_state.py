@@ -815,3 +815,95 @@ def test_health_gpu(view: View):
         bus, action, remap, retire = (c.strip() for c in line.split(","))
         assert action in ("None", "[N/A]"), f"{bus}: the driver asks for {action}"
         assert remap != "Yes" and retire != "Yes", f"{bus}: a memory remap or retirement is pending"
+
+
+# ---- BIOS settings: read from the host's BMC here, its own GETs (urllib), not gpuhost's reader ----
+def _bmc_get(view: View, path: str) -> dict:
+    import base64
+    import json
+    import ssl
+    import urllib.request
+    address = str(view.setting("gpuhost_bmc_address", ""))
+    ca = str(view.setting("gpuhost_bmc_ca", "") or "")
+    context = ssl.create_default_context(cafile=ca or None)
+    if not view.setting("gpuhost_bmc_validate_certs", True):
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    token = base64.b64encode(f"{view.setting('gpuhost_bmc_username', '')}:{view.setting('gpuhost_bmc_password', '')}"
+                             .encode()).decode()
+    request = urllib.request.Request(f"https://{address}{path}", headers={"Authorization": "Basic " + token})
+    with urllib.request.urlopen(request, context=context, timeout=float(view.setting("gpuhost_bmc_timeout", 10))) as r:
+        return json.loads(r.read())
+
+
+def _bios(view: View, setting: str, default: str):
+    """The BMC's current value of a setting is the firmware's spelling of the one wanted, and
+    nothing else is pending for it (the vendor's spelling: gpuhost's table, whose entries
+    carry their sources; the reads are this test's own)."""
+    if not host_level(view):
+        view.skip(CONTAINER)
+    if not view.setting("gpuhost_bmc_address", ""):
+        view.skip("no BMC for this host in the inventory (gpuhost_bmc_address)")
+    want = str(view.setting(f"gpuhost_bios_{setting}", default))
+    if want == "keep":
+        view.skip(f"left as it is (gpuhost_bios_{setting}: keep)")
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls.bios import TABLE
+    root = _bmc_get(view, "/redfish/v1/")
+    system = _bmc_get(view, _bmc_get(view, root["Systems"]["@odata.id"])["Members"][0]["@odata.id"])
+    bios = _bmc_get(view, system["Bios"]["@odata.id"])
+    vendor = str(root.get("Vendor") or system.get("Manufacturer") or "").lower()
+    family = next((f for f in TABLE[setting] if f in vendor), None)
+    attrs = bios.get("Attributes") or {}
+    found = [(a, n) for a in TABLE[setting].get(family, ()) for n in attrs
+             if n in a.names or any(re.match(re.escape(x) + r"[#_][0-9A-Fa-f]{4}$", n) for x in a.names)]
+    if not found:
+        view.skip(f"no {setting} attribute gpuhost knows on this BMC ({vendor or 'unknown vendor'})")
+    spec, name = found[0]
+    if want not in spec.values:
+        view.skip(f"no {family} spelling of {setting} {want} in gpuhost's table")
+    pending = _bmc_get(view, bios["@Redfish.Settings"]["SettingsObject"]["@odata.id"]).get("Attributes") or {}
+    assert attrs[name] == spec.values[want], f"{name} is {attrs[name]}, {spec.values[want]} wanted"
+    assert pending.get(name, attrs[name]) == attrs[name], f"{name}: {pending[name]} is pending"
+
+
+def test_bios_nps(view: View):
+    _bios(view, "nps", "1")
+
+
+def test_bios_smt(view: View):
+    _bios(view, "smt", "on")
+
+
+def test_bios_cppc(view: View):
+    _bios(view, "cppc", "on")
+
+
+def test_bios_cstates(view: View):
+    _bios(view, "cstates", "on")
+
+
+def test_bios_boost(view: View):
+    _bios(view, "boost", "on")
+
+
+def test_bios_iommu(view: View):
+    _bios(view, "iommu", "on")
+
+
+def test_bios_above4g(view: View):
+    _bios(view, "above4g", "on")
+
+
+def test_bios_rebar(view: View):
+    _bios(view, "rebar", "keep")
+
+
+def test_bios_acs(view: View):
+    _bios(view, "acs", "keep")
+
+
+def test_bios_determinism(view: View):
+    _bios(view, "determinism", "power")
+
+
+def test_bios_profile(view: View):
+    _bios(view, "profile", "performance")

@@ -12,12 +12,12 @@ CONTROL = Control(
     fixable=False,
     reboot="-",
     rationale=("Without 64-bit MMIO above 4 GiB a GPU's framebuffer aperture stays small (pcie.bar1)"),
-    references=("AMD Instinct MI300X system optimization: System BIOS settings (Above 4G decoding)",),
+    references=("AMD Instinct System Acceptance: BIOS Settings (Above 4G decoding)",),
     passes=("the BMC's above-4G attribute at `gpuhost_bios_above4g` (on)"),
     repair="none yet: the finding names the attribute and value to set through the BMC or the BIOS setup",
     facts=("bmc",),
     params=(param("above4g", "on", ('on', 'off'), "above 4G decoding",
-                  'AMD Instinct MI300X system optimization, System BIOS settings: Above 4G decoding Enabled (GPU large BAR support)'),),
+                  'AMD Instinct System Acceptance, BIOS Settings: Above 4G decoding Enabled (GPU large BAR support)'),),
 )
 
 

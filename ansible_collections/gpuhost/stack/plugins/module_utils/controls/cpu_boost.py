@@ -87,7 +87,7 @@ def judge(h: Host) -> Finding:
         # Turbo off hides IDA, so no switch means the firmware's setting or a CPU without boost
         return Finding(cid, "manual", observed, expected,
                        "acpi-cpufreq offers no boost switch: the firmware turned boost off (Core Performance Boost, "
-                       "Turbo Boost) or the CPU has none; turn it on in the firmware"
+                       "Turbo Boost) or the CPU has none; turn it on in the firmware (bios.boost judges it through the BMC)"
                        + (f"; also capped: {caps}" if capped else ""))
     if not boost_off and not capped and unit_current_or_absent(h.f, BOOST_UNIT):
         how = "boost on" if switches else f"no boost switch under {cf.get('driver')} (boost is the firmware's)"

@@ -78,7 +78,7 @@ def judge(h: Host) -> Finding:
         if not live_ok and not cpu["cppc"] and status is None:
             return Finding(cid, "manual", driver, "amd-pstate-epp",
                            "the firmware has no CPPC (_CPC): no acpi_cppc in sysfs, so amd_pstate cannot load; "
-                           "enable CPPC in the BIOS")
+                           "enable CPPC in the BIOS (bios.cppc judges it through the BMC)")
         if h.persisted is None:
             return error(cid, no_persisted(h))
         param = h.persisted.get("amd_pstate")

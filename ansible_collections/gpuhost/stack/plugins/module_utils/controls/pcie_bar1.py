@@ -79,7 +79,8 @@ def judge(h: Host) -> Finding:
     if small:
         return Finding(cid, "manual", observed, "the whole framebuffer, or the largest size offered",
                        "; ".join(small + untold) + ": turn on Above 4G Decoding and Re-Size BAR Support in the "
-                       "firmware (then a cold boot); where it has no such setting, the NVIDIA driver (530 and later) "
+                       "firmware (then a cold boot; bios.above4g and bios.rebar judge them through the BMC); where it "
+                       "has no such setting, the NVIDIA driver (530 and later) "
                        "resizes BAR1 itself at load with `options nvidia NVreg_EnableResizableBar=1` (0 by default)")
     if untold:
         return error(cid, "; ".join(untold))

@@ -9,7 +9,8 @@ role glue, argument specs, docs and watch lists, and a test fails while they are
 from __future__ import annotations
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls import (
-    cpu_boost, cpu_cstates, cpu_driver, cpu_governor, cpu_online, guest_cuda, health_gpu, iommu_mode, kernel_reboot_pending,
+    bios_above4g, bios_acs, bios_boost, bios_cppc, bios_cstates, bios_determinism, bios_iommu, bios_nps, bios_profile,
+    bios_rebar, bios_smt, cpu_boost, cpu_cstates, cpu_driver, cpu_governor, cpu_online, guest_cuda, health_gpu, iommu_mode, kernel_reboot_pending,
     kernel_version, lxc_cpuset, lxc_gpu_nodes, lxc_gpu_passthrough, numa_balancing, numa_gpu_affinity, nvidia_driver, nvidia_driver_pinned,
     nvidia_fabricmanager, nvidia_gpu_modes, nvidia_p2p, nvidia_persistence, nvidia_power_limit, pcie_acs, pcie_bar1, pcie_link, pcie_mrrs,
     storage_scheduler, storage_zfs_arc)
@@ -18,12 +19,15 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model impor
 CONTROL_MODULES = (cpu_driver, cpu_governor, cpu_boost, cpu_cstates, cpu_online, numa_balancing, numa_gpu_affinity, pcie_mrrs,
                    pcie_link, pcie_acs, pcie_bar1, iommu_mode, kernel_version, kernel_reboot_pending, nvidia_driver,
                    nvidia_persistence, nvidia_power_limit, nvidia_gpu_modes, nvidia_p2p, nvidia_fabricmanager, nvidia_driver_pinned, guest_cuda,
-                   lxc_gpu_nodes, lxc_gpu_passthrough, lxc_cpuset, storage_scheduler, storage_zfs_arc, health_gpu)
+                   lxc_gpu_nodes, lxc_gpu_passthrough, lxc_cpuset, storage_scheduler, storage_zfs_arc, health_gpu,
+                   bios_nps, bios_smt, bios_cppc, bios_cstates, bios_boost, bios_iommu, bios_above4g, bios_rebar, bios_acs,
+                   bios_determinism, bios_profile)
 
 # each control role, as the play names its fixes ("Fix the CPU controls"), in play order
 ROLES = {"cpu": "the CPU controls", "numa": "the NUMA controls", "pcie": "the PCIe controls", "iommu": "the IOMMU mode",
          "kernel": "the kernel", "nvidia": "the NVIDIA controls", "lxc": "the containers' GPUs",
-         "guest": "the CUDA runtimes", "storage": "the storage controls", "health": "the GPUs' health"}
+         "guest": "the CUDA runtimes", "storage": "the storage controls", "health": "the GPUs' health",
+         "bios": "the firmware's settings"}
 
 # the variables no single control owns; the control-ID lists get the catalog as choices
 GENERAL_PARAMS = (

@@ -128,7 +128,7 @@ class CpuProbe:
             if not cpus:
                 continue
             cpu_nodes += 1
-            for cpu in {cpus[0], cpus[-1]}:
+            for cpu in sorted({cpus[0], cpus[-1]}):
                 package = _int(self.read1("/sys/devices/system/cpu/cpu%d/topology/physical_package_id" % cpu))
                 if package is not None:
                     packages.add(package)

@@ -1,0 +1,150 @@
+"""A lab host's BMC: a Redfish service over real HTTPS on the host's own lab address, with a
+certificate from the lab's CA (made by the real openssl), behind HTTP Basic authentication.
+
+What it serves is modelled on DMTF's public mockups (DSP2043: service root, Systems
+collection, ComputerSystem, Bios, the Bios settings object, Registries) with the attributes
+of the host's spec (`bmc:`), whose names and values the spec takes from the vendors' own
+documents (tests/real_data/bmc). It writes every request's method and path to the host's
+bmc.log, so a test can count what the BMC saw, and plays the faults a spec names: slow (each
+answer after 30 s), not_json, huge (a 64 MiB answer), and wrong_certificate (a certificate for
+another address); unreachable means it is not started at all.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PORT = 443
+SLOW_S = 30.0
+
+
+def make_ca(directory: Path) -> tuple[Path, Path]:
+    """The lab's CA (certificate, key), made once per lab."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key, crt = directory / "ca.key", directory / "ca.crt"
+    if not crt.exists():
+        _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "30",
+                 "-subj", "/CN=gpuhost lab CA", "-keyout", str(key), "-out", str(crt))
+        key.chmod(0o600)
+    return crt, key
+
+
+def make_certificate(directory: Path, ca: tuple[Path, Path], ip: str) -> tuple[Path, Path]:
+    """A server certificate for *ip* (its subjectAltName), signed by the lab's CA."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key, csr, crt, ext = (directory / n for n in ("bmc.key", "bmc.csr", "bmc.crt", "bmc.ext"))
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", f"/CN={ip}",
+             "-keyout", str(key), "-out", str(csr))
+    ext.write_text(f"subjectAltName=IP:{ip}\n")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial", "-days", "30",
+             "-extfile", str(ext), "-out", str(crt))
+    key.chmod(0o600)
+    return crt, key
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def documents(vendor: str, attributes: dict, pending: dict | None = None, registry: dict | None = None,
+              systems: tuple = ("1",), registry_name: str = "BiosAttributeRegistry.v1_0_0") -> dict:
+    """The resources of a BMC whose first system has these BIOS *attributes*: the service root
+    (its Vendor), the Systems collection, the system, its Bios, the settings object holding
+    what is *pending*, and, where given, the attribute registry (attribute -> values offered)."""
+    sys_path = f"/redfish/v1/Systems/{systems[0]}"
+    bios_path = f"{sys_path}/Bios"
+    settings_path = f"{bios_path}/Settings"
+    docs = {
+        "/redfish/v1/": {"@odata.id": "/redfish/v1/", "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot", "Vendor": vendor,
+                         "Systems": {"@odata.id": "/redfish/v1/Systems"}, "Registries": {"@odata.id": "/redfish/v1/Registries"}},
+        "/redfish/v1/Systems": {"@odata.id": "/redfish/v1/Systems", "Members@odata.count": len(systems),
+                                "Members": [{"@odata.id": f"/redfish/v1/Systems/{s}"} for s in systems]},
+        sys_path: {"@odata.id": sys_path, "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "Manufacturer": vendor,
+                   "Bios": {"@odata.id": bios_path}},
+        bios_path: {"@odata.id": bios_path, "@odata.type": "#Bios.v1_2_0.Bios", "AttributeRegistry": registry_name,
+                    "Attributes": dict(attributes),
+                    "@Redfish.Settings": {"@odata.type": "#Settings.v1_3_5.Settings",
+                                          "SettingsObject": {"@odata.id": settings_path},
+                                          "SupportedApplyTimes": ["OnReset"]}},
+        settings_path: {"@odata.id": settings_path, "@odata.type": "#Bios.v1_2_0.Bios", "Attributes": dict(pending or {})},
+        "/redfish/v1/Registries": {"@odata.id": "/redfish/v1/Registries", "Members": []},
+    }
+    if registry is not None:
+        entry = f"/redfish/v1/Registries/{registry_name}"
+        docs["/redfish/v1/Registries"]["Members"].append({"@odata.id": entry})
+        docs[entry] = {"@odata.id": entry, "Location": [{"Language": "en", "Uri": f"{entry}/registry.json"}]}
+        docs[f"{entry}/registry.json"] = {"RegistryEntries": {"Attributes": [
+            {"AttributeName": name, "Type": "Enumeration", "ReadOnly": False,
+             "Value": [{"ValueName": v} for v in values]} for name, values in registry.items()]}}
+    return docs
+
+
+class Redfish:
+    """One BMC serving *docs* (path -> JSON document; a str is sent as it is) on (ip, port)."""
+
+    def __init__(self, docs: dict, cert: Path, key: Path, ip: str, port: int = PORT, user: str = "root",
+                 password: str = "", log: Path | None = None, faults: tuple = ()):
+        self.docs, self.methods, self.lock = dict(docs), [], threading.Lock()
+        self.delay = SLOW_S if "slow" in faults else 0.0
+        self.faults, self.log = tuple(faults), log
+        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                with outer.lock:
+                    outer.methods.append((self.command, self.path))
+                    if outer.log is not None:
+                        with open(outer.log, "a") as f:
+                            f.write(f"{self.command} {self.path}\n")
+                if outer.delay:
+                    time.sleep(outer.delay)
+                if self.headers.get("Authorization") != outer.auth:
+                    self._send(401, b'{"error": {"code": "Base.1.0.NoValidSession"}}')
+                    return
+                if self.command != "GET":
+                    self._send(405, b'{"error": {"code": "Base.1.0.OperationNotAllowed"}}')
+                    return
+                doc = outer.docs.get(self.path)
+                if doc is None:
+                    self._send(404, b'{"error": {"code": "Base.1.0.ResourceMissingAtURI"}}')
+                elif "not_json" in outer.faults and self.path.endswith("/Bios"):
+                    self._send(200, b"<html><body>Service temporarily unavailable</body></html>")
+                elif "huge" in outer.faults and self.path.endswith("/Bios"):
+                    self._send(200, b'{"Attributes": {"x": "' + b"x" * (64 << 20) + b'"}}')
+                else:
+                    self._send(200, doc.encode() if isinstance(doc, str) else json.dumps(doc).encode())
+
+            do_GET = do_PATCH = do_POST = do_DELETE = do_PUT = _any
+
+            def _send(self, code, body):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                    pass
+
+        self.server = ThreadingHTTPServer((ip, port), Handler)
+        self.server.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(cert), str(key))
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
+        self.address = ip if port == PORT else f"{ip}:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name=f"bmc {ip}")
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
