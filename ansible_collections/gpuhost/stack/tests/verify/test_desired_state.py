@@ -82,6 +82,10 @@ def test_cpu_driver(view: View):
         assert view.read(f"{CPU}/amd_pstate/status") == "active"
     elif "GenuineIntel" in vendor and " hwp" in flags:
         assert drivers == {"intel_pstate"}
+    elif "AuthenticAMD" in vendor:
+        # amd-pstate needs the firmware's _CPC (Documentation/admin-guide/pm/amd-pstate.rst):
+        # without it this host runs acpi-cpufreq until CPPC is on in the BIOS
+        raise AssertionError(f"no CPPC in the firmware: {', '.join(sorted(drivers))} instead of amd-pstate-epp")
     else:
         view.skip("no CPPC (AMD) or HWP (Intel) in firmware: no driver gpuhost can require")
 
@@ -111,6 +115,10 @@ def test_cpu_boost(view: View):
     switches = view.host.run(f"cat {CPU}/cpufreq/boost 2>/dev/null; cat {CPU}/intel_pstate/no_turbo 2>/dev/null "
                              "| sed 's/^/no_turbo=/'").stdout.split()
     assert "0" not in switches and "no_turbo=1" not in switches, switches
+    # acpi-cpufreq makes the switch only where the CPU reports boost, which firmware that turns
+    # it off hides (Documentation/admin-guide/pm/cpufreq.rst, Frequency Boost Support)
+    driver = view.host.run(f"cat {CPU}/cpufreq/policy0/scaling_driver 2>/dev/null").stdout.strip()
+    assert driver != "acpi-cpufreq" or switches, "acpi-cpufreq offers no boost switch: boost is off in the firmware"
 
 
 def test_cpu_cstates(view: View):
