@@ -30,7 +30,7 @@ class Attr:
 EN = {"on": "Enabled", "off": "Disabled"}
 SMC_EN = {"on": "Enable", "off": "Disable"}
 
-# Sources, as short names (docs/firmware-sources.md gives each in full):
+# Sources, as short names (docs/firmware-sources.md gives each in full, with its commit):
 #  DELL-OMSDK   dell/omsdk@7d7ff3db omdrivers/iDRAC/Config/BIOS.json (Dell's registry, as a schema)
 #  DELL-R650    akaliwod/iserver@bf55df81 doc/redfish-tests-dell-vserver/UriSystems.md (a real GET .../Bios)
 #  DELL-R6515   metal-toolbox/ironlib@69ba5533 fixtures/dell/r6515/bios.json (a real AMD export)
