@@ -12,9 +12,6 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.probe.pciconfig impo
 
 __metaclass__ = type
 
-# udev(7): rules files by name across these directories, /etc first
-UDEV_RULE_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
-
 
 class DevicesProbe:
     """Probe sections: probe_iommu, probe_pci, probe_lockdown, probe_nvidia, probe_kernel_log, probe_block (a part of probe.Probe)."""
@@ -220,8 +217,7 @@ class DevicesProbe:
         whether the rule is for rotational disks only (ATTR{queue/rotational}=="1"), and the text
         of gpuhost's own file."""
         out = []
-        for name, path in self.conf_files(UDEV_RULE_DIRS, "*.rules"):
-            text = self.read(path) or ""
+        for name, path, text in self.udev_files():
             for line in text.replace("\\\n", " ").splitlines():
                 if line.lstrip().startswith("#"):
                     continue

@@ -69,12 +69,16 @@ class UnitsProbe:
                 return (state if state.isalpha() else None), (since != "0" if since.isdigit() else None)
         return None, None
 
+    def udev_files(self):
+        """The udev rules files udev reads (Probe.conf_files: a name in /etc shadowing the same
+        name in /lib), [(name, path, text)] in name order, read once for the whole probe."""
+        if getattr(self, "_udev_files", None) is None:
+            self._udev_files = [(name, path, self.read(path) or "") for name, path in self.conf_files(UDEV_DIRS, "*.rules")]
+        return self._udev_files
+
     def udev_rules(self):
-        """The texts of the udev rules files udev reads (Probe.conf_files: a name in /etc
-        shadowing the same name in /lib), read once for all the units asked about."""
-        if getattr(self, "_udev_rules", None) is None:
-            self._udev_rules = [self.read(path) or "" for dummy, path in self.conf_files(UDEV_DIRS, "*.rules")]
-        return self._udev_rules
+        """The texts of the udev rules files, for the units asked about."""
+        return [text for dummy, dummy2, text in self.udev_files()]
 
     def effective_unit(self, name):
         """A unit as systemd reads it (systemd.unit(5)): the first file of that name in the
