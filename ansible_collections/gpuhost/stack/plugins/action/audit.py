@@ -183,6 +183,12 @@ class ActionModule(ActionBase):
         for name in sorted(str(k) for k in task_vars if str(k).startswith("gpuhost_")):
             try:
                 raw = task_vars[name]
+                if raw is None or isinstance(raw, (bool, int, float)) or (isinstance(raw, str) and "{" not in raw):
+                    # nothing to render (most are the roles' defaults): templating each of some 60
+                    # variables cost every host's worker some 6 ms of CPU (a vault's value is
+                    # no str, and is rendered below)
+                    values[name] = plain(str(raw) if isinstance(raw, str) else raw)
+                    continue
                 # a waiver's reason is the operator's prose, shown as written (never rendered)
                 values[name] = plain(render_waivers(raw, self._templar.template) if name == "gpuhost_waivers"
                                      else self._templar.template(raw))
