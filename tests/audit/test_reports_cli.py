@@ -50,5 +50,5 @@ def test_oneline_is_one_line_a_host(seed_lab, tmp_path):
     run = cli("audit", "-i", str(seed_lab.inventory), "--format", "oneline", cwd=tmp_path)
     assert run.returncode == 2, run.stderr[-2000:]
     lines = run.stdout.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("pve-gpu1: FAIL 13 pass, 10 drift, 5 na: ") and "pcie.mrrs=drift" in lines[0]
-    assert lines[1].startswith("llm-two: OK 2 pass, 26 na")
+    assert len(lines) == 2 and lines[0].startswith("pve-gpu1: FAIL 13 pass, 10 drift, 16 na: ") and "pcie.mrrs=drift" in lines[0]
+    assert lines[1].startswith("llm-two: OK 2 pass, 37 na")

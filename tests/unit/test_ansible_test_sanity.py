@@ -15,7 +15,7 @@ def test_ansible_test_sanity_passes_on_the_collection():
     sys.path.insert(0, str(ROOT / "tools"))
     from ansible_test_sanity import SUITE
     res = subprocess.run([sys.executable, str(ROOT / "tools" / "ansible_test_sanity.py"), "--offline", *SUITE],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
     ran = [line for line in res.stdout.splitlines() if line.startswith("Running sanity test")]
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     for name in ("validate-modules", "import", "compile", "yamllint", "ansible-doc", "changelog"):
