@@ -27,27 +27,20 @@ class Redfish(labbmc.Redfish):
 
 def service(bios: dict, vendor: str, settings: dict | None = None, registry: dict | None = None,
             systems: tuple = ("1",)) -> dict:
-    """The documents of a BMC whose one system has *bios* (a real Bios resource): the service
-    root, the Systems collection, the system, the Bios resource as published, its settings
-    object and, where given, a registry listed under /redfish/v1/Registries."""
-    bios = json.loads(json.dumps(bios))
-    sys_path = f"/redfish/v1/Systems/{systems[0]}"
-    bios_path = f"{sys_path}/Bios"
-    bios["@odata.id"] = bios_path
-    settings_path = f"{bios_path}/Settings"
-    bios["@Redfish.Settings"] = {**(bios.get("@Redfish.Settings") or {}), "SettingsObject": {"@odata.id": settings_path}}
-    docs = {"/redfish/v1/": {"@odata.id": "/redfish/v1/", "Vendor": vendor, "Systems": {"@odata.id": "/redfish/v1/Systems"},
-                             "Registries": {"@odata.id": "/redfish/v1/Registries"}},
-            "/redfish/v1/Systems": {"Members": [{"@odata.id": f"/redfish/v1/Systems/{s}"} for s in systems]},
-            sys_path: {"@odata.id": sys_path, "Manufacturer": vendor, "Bios": {"@odata.id": bios_path}},
-            bios_path: bios,
-            settings_path: {"@odata.id": settings_path, "Attributes": dict(settings or {})}}
-    members = []
+    """The lab BMC's resources (gpuhost.lab.bmc.documents) around a real Bios resource, as
+    published, linked where the BMC serves it; *settings* what its settings object holds,
+    *registry* a whole attribute registry listed under /redfish/v1/Registries."""
+    name = bios.get("AttributeRegistry") or "BiosAttributeRegistry.v1_0_0"
+    docs = labbmc.documents(vendor, bios["Attributes"], settings, None, systems, registry_name=name)
+    bios_path = f"/redfish/v1/Systems/{systems[0]}/Bios"
+    real = json.loads(json.dumps(bios))
+    real["@odata.id"] = bios_path
+    real["@Redfish.Settings"] = {**(real.get("@Redfish.Settings") or {}),
+                                 "SettingsObject": {"@odata.id": f"{bios_path}/Settings"}}
+    docs[bios_path] = real
     if registry is not None:
-        name = bios.get("AttributeRegistry")
         entry = f"/redfish/v1/Registries/{name}"
-        members.append({"@odata.id": entry})
+        docs["/redfish/v1/Registries"]["Members"].append({"@odata.id": entry})
         docs[entry] = {"@odata.id": entry, "Location": [{"Language": "en", "Uri": f"{entry}/registry.json"}]}
         docs[f"{entry}/registry.json"] = registry
-    docs["/redfish/v1/Registries"] = {"Members": members}
     return docs

@@ -53,6 +53,7 @@ def test_a_cycle_scenario_is_fixed_kept_and_survives_a_boot(tmp_path, cid, name,
     assert after["status"] == "pass" and not after["fix"], after
     assert host.finding(cid, **settings) == after, "a second audit judges the same"
     host.reboot()
+    assert host.boot_failures == [], "a boot unit's write the kernel refused"
     booted = host.finding(cid, **settings)
     assert booted["status"] == "pass", booted
 
