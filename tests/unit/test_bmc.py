@@ -192,6 +192,13 @@ def test_an_answer_that_is_not_a_redfish_resource_is_an_error(bmc_of, ca, body, 
     _fails(Bmc(server.address, "root", PASSWORD, ca_file=str(ca[0])), says)
 
 
+def test_a_settings_object_whose_attributes_are_no_mapping_is_an_error(bmc_of, ca):
+    docs = service(real("dmtf-bios.json"), "DMTF")
+    docs["/redfish/v1/Systems/1/Bios/Settings"] = {"Attributes": ["ProcTurboMode", "Disabled"]}
+    server = bmc_of(docs)
+    _fails(Bmc(server.address, "root", PASSWORD, ca_file=str(ca[0])), "holds Attributes that are not a mapping")
+
+
 def test_nothing_listening_is_unreachable_and_several_systems_need_a_name(bmc_of, ca):
     s = socket.socket()
     s.bind((ADDRESS, 0))

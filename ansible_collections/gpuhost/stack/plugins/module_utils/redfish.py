@@ -156,7 +156,10 @@ def read_bios(bmc, system_id=None, wanted=()):
         # the settings object holds only what is pending, or everything (some BMCs): the
         # values that differ from the current ones are what the next reset changes
         staged = bmc.get(settings_path).get("Attributes") or {}
-        pending = {k: v for k, v in staged.items() if isinstance(staged, dict) and attributes.get(k) != v}
+        if not isinstance(staged, dict):
+            raise RedfishError("%s: its settings object %s holds Attributes that are not a mapping" % (
+                bmc.address, settings_path))
+        pending = {k: v for k, v in staged.items() if attributes.get(k) != v}
     out = {"address": bmc.address, "vendor": vendor_of(root, system), "system": chosen[0],
            "manufacturer": system.get("Manufacturer"), "model": system.get("Model"),
            "bios_version": system.get("BiosVersion"), "attributes": attributes, "pending": pending,
