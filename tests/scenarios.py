@@ -125,6 +125,12 @@ class Rendered:
             elif isinstance(kind, fixes.UnitStart) and kind.restart:
                 for name in kind.names:     # a oneshot of gpuhost's run now: the commands the lab's shims model
                     self._run_unit(name)
+            elif isinstance(kind, fixes.BiosSet):
+                # the BMC's settings object, as gpuhost.stack.bios_settings writes it: pending
+                # for the next reset (redfish.read_bios lists only values that differ from the current)
+                assert self.bmc and kind.bmc == self.bmc["address"], "a BIOS write for another BMC"
+                pending = {**(self.bmc.get("pending") or {}), **kind.attributes}
+                self.bmc = {**self.bmc, "pending": {k: v for k, v in pending.items() if self.bmc["attributes"].get(k) != v}}
             elif isinstance(kind, fixes.LxcRestart):
                 for vmid in kind.vmids:     # pct reboot: the container starts again, as PVE reads its config
                     conf = self.root / f"etc/pve/lxc/{vmid}.conf"
@@ -210,8 +216,11 @@ class Rendered:
                 self.machine._write_uvm(b"nodes")
 
     def reboot(self) -> None:
-        """The next boot: the kernel model boots from the disk as it is now."""
+        """The next boot: the kernel model boots from the disk as it is now; the firmware first
+        applies what its BMC holds pending."""
         import shutil
+        if self.bmc and self.bmc.get("pending"):
+            self.bmc = {**self.bmc, "attributes": {**self.bmc["attributes"], **self.bmc["pending"]}, "pending": {}}
         (self.root / "proc/stat").unlink(missing_ok=True)
         shutil.rmtree(self.root / "run/gpuhost-lab-units", ignore_errors=True)     # /run is new at every boot
         self.machine = boot(self.spec, self.root, nvram=self.machine.nvram)
@@ -374,7 +383,7 @@ BASE_HOST: dict = _BASE["host"]
 FRAGMENTS: dict = _BASE["fragments"]
 SUFFIX = {"pass": ("pass",), "na": ("na",), "fail": ("drift", "manual", "pending_reboot", "error")}
 KEYS = {"use", "host", "set", "pci_append", "container_config", "before_boot", "after_boot", "live", "unreadable", "settings",
-        "expect", "says", "cycle", "bmc"}
+        "expect", "says", "cycle", "after_fix", "bmc"}
 
 
 def _set_path(data: dict, path: str, value) -> None:

@@ -136,14 +136,24 @@ def role_main(role: str, registry: Registry) -> str:
         "    name: gpuhost.stack.common", "    tasks_from: reboot_request"]) + "\n"
 
 
+# a role's tasks after its last control, for what its controls' fixes share: the bios role writes
+# the values its controls staged in one request to the BMC (roles/common/tasks/fix_bios.yml)
+ROLE_AFTER = {"bios": ("bios_write.yml", "Write the BIOS values the fixes staged")}
+
+
 def role_controls(role: str, registry: Registry) -> str:
     """The role's controls, one task file and one tag each: what site.yml's fix_all imports (it
     judged the host already and asks for the reboot once, at its end), and the role alone too."""
     out = ["---", f"# {role}: one task file and one tag per control; each acts on its finding.", f"# {MARK}"]
-    for c in registry.catalog:
-        if c.role == role:
-            out += [f"- name: Control | {c.id}", f"  ansible.builtin.import_tasks: {module_name(c.id)}.yml",
-                    f"  tags: [{c.id}, {role}]", ""]
+    ids = [c.id for c in registry.catalog if c.role == role]
+    for cid in ids:
+        out += [f"- name: Control | {cid}", f"  ansible.builtin.import_tasks: {module_name(cid)}.yml",
+                f"  tags: [{cid}, {role}]", ""]
+    if role in ROLE_AFTER:
+        tasks, title = ROLE_AFTER[role]
+        # tagged with every control's tag: `--tags bios.cppc` writes what that control staged
+        out += [f"- name: {title} | {role}", f"  ansible.builtin.import_tasks: {tasks}",
+                f"  tags: [{', '.join(ids)}, {role}]", ""]
     return "\n".join(out[:-1]) + "\n"
 
 

@@ -217,6 +217,10 @@ def test_a_bmc_address_that_is_not_one_is_refused_before_any_request(address):
         Bmc(address, "root", PASSWORD)
 
 
+WRITABLE = {"settings_object": "/redfish/v1/Systems/1/Bios/Settings",
+            "registry": {"LogicalProc": {"values": ["Enabled", "Disabled"], "read_only": False}}}
+
+
 def _bmc(attrs: dict, vendor: str = "dell", **more) -> dict:
     return {"address": "bmc.example", "vendor": vendor, "attributes": attrs, "pending": {}, "registry": None,
             "tls_verified": True, **more}
@@ -232,8 +236,23 @@ def _bmc(attrs: dict, vendor: str = "dell", **more) -> dict:
      "the firmware offers Disabled for LogicalProc, not Enabled"),
     (_bmc({"LogicalProc": "Disabled"}, pending={"LogicalProc": "Enabled"}), {}, {}, "pending_reboot",
      "LogicalProc=Enabled is pending: the next reset applies it"),
-    (_bmc({"LogicalProc": "Enabled"}, pending={"LogicalProc": "Disabled"}), {}, {}, "drift",
+    (_bmc({"LogicalProc": "Enabled"}, pending={"LogicalProc": "Disabled"}, **WRITABLE), {}, {}, "drift",
      "LogicalProc is Enabled, but Disabled is pending for the next reset"),
+    (_bmc({"LogicalProc": "Disabled"}, **WRITABLE), {}, {}, "drift", "fix writes LogicalProc=Enabled for the next reset"),
+    (_bmc({"LogicalProc": "Disabled"}, **WRITABLE), {}, {"bios_write": False}, "manual", "gpuhost_bios_write is off"),
+    (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "settings_object": None}), {}, {}, "manual",
+     "names no settings object"),
+    (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "registry": None}), {}, {}, "manual",
+     "no attribute registry was read from it"),
+    (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "registry": None, "registry_error": "HTTP 404"}), {}, {}, "manual",
+     "its attribute registry could not be read (HTTP 404)"),
+    (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "registry": {"Other": {"values": []}}}), {}, {}, "manual",
+     "its attribute registry does not list LogicalProc"),
+    (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "registry": {"LogicalProc": {"values": ["Enabled", "Disabled"],
+                                                                                    "read_only": True}}}), {}, {},
+     "manual", "its registry marks LogicalProc read-only"),
+    (_bmc({"Other": "Enabled"}), {"cpu": {"smt_control": "notsupported"}}, {}, "manual",
+     "Linux sees SMT off (smt/control notsupported), on wanted, and the firmware (BMC bmc.example) has no SMT attribute"),
     (_bmc({"LogicalProc": "Enabled"}), {"cpu": {"smt_control": "notsupported"}}, {}, "manual",
      "the BMC says LogicalProc=Enabled, but Linux sees SMT off (smt/control notsupported)"),
     (_bmc({"LogicalProc": "Enabled"}), {"cpu": {"smt_control": "off"}}, {}, "pass", "SMT is on"),

@@ -8,10 +8,18 @@ documents (tests/real_data/bmc). It writes every request's method and path to th
 bmc.log, so a test can count what the BMC saw, and plays the faults a spec names: slow (each
 answer after 30 s), not_json, huge (a 64 MiB answer), and wrong_certificate (a certificate for
 another address); unreachable means it is not started at all.
+
+Writes are what DSP0266 gives a settings object: a PATCH of Attributes to it (each attribute
+one the Bios resource has, each value one the registry offers, else HTTP 400 with the Redfish
+message; If-Match with a stale ETag: 412) makes them pending; the host's next reset (`reset`,
+called by the supervisor as the host reboots) applies them, as the firmware does, but those
+the spec says the firmware ignores, and renames the attributes a firmware update renames.
+Pending values and the current ones are kept in the host's bmc/state.json across reboots.
 """
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import ssl
 import subprocess
@@ -89,11 +97,23 @@ class Redfish:
     """One BMC serving *docs* (path -> JSON document; a str is sent as it is) on (ip, port)."""
 
     def __init__(self, docs: dict, cert: Path, key: Path, ip: str, port: int = PORT, user: str = "root",
-                 password: str = "", log: Path | None = None, faults: tuple = ()):
+                 password: str = "", log: Path | None = None, faults: tuple = (), state: Path | None = None,
+                 ignores: tuple = (), renames: dict | None = None):
         self.docs, self.methods, self.lock = dict(docs), [], threading.Lock()
         self.delay = SLOW_S if "slow" in faults else 0.0
         self.faults, self.log = tuple(faults), log
         self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.state, self.ignores, self.renames = state, tuple(ignores), dict(renames or {})
+        self.bios_path = next((p for p, d in self.docs.items() if isinstance(d, dict) and "@Redfish.Settings" in d), None)
+        self.settings_path = (((self.docs.get(self.bios_path) or {}).get("@Redfish.Settings") or {}).get("SettingsObject")
+                              or {}).get("@odata.id") if self.bios_path else None
+        if self.settings_path and self.settings_path not in self.docs:
+            self.docs[self.settings_path] = {"@odata.id": self.settings_path, "Attributes": {}}
+        if state is not None and state.exists():
+            kept = json.loads(state.read_text())
+            self.docs[self.bios_path]["Attributes"] = kept["attributes"]
+            self.docs[self.settings_path]["Attributes"] = kept["pending"]
+            self.renames = kept.get("renames", self.renames)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -111,10 +131,18 @@ class Redfish:
                 if self.headers.get("Authorization") != outer.auth:
                     self._send(401, b'{"error": {"code": "Base.1.0.NoValidSession"}}')
                     return
+                if self.command == "PATCH" and self.path == outer.settings_path:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    code, body = outer.patch(self.rfile.read(length), self.headers.get("If-Match"))
+                    self._send(code, body)
+                    return
                 if self.command != "GET":
                     self._send(405, b'{"error": {"code": "Base.1.0.OperationNotAllowed"}}')
                     return
-                doc = outer.docs.get(self.path)
+                with outer.lock:
+                    doc = outer.docs.get(self.path)
+                    etag = outer.etag() if self.path == outer.settings_path else None
+                    raw = doc.encode() if isinstance(doc, str) else json.dumps(doc).encode()
                 if doc is None:
                     self._send(404, b'{"error": {"code": "Base.1.0.ResourceMissingAtURI"}}')
                 elif "not_json" in outer.faults and self.path.endswith("/Bios"):
@@ -122,14 +150,16 @@ class Redfish:
                 elif "huge" in outer.faults and self.path.endswith("/Bios"):
                     self._send(200, b'{"Attributes": {"x": "' + b"x" * (64 << 20) + b'"}}')
                 else:
-                    self._send(200, doc.encode() if isinstance(doc, str) else json.dumps(doc).encode())
+                    self._send(200, raw, etag)
 
             do_GET = do_PATCH = do_POST = do_DELETE = do_PUT = _any
 
-            def _send(self, code, body):
+            def _send(self, code, body, etag=None):
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
+                if etag:
+                    self.send_header("ETag", etag)
                 self.end_headers()
                 try:
                     self.wfile.write(body)
@@ -145,6 +175,83 @@ class Redfish:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name=f"bmc {ip}")
         self.thread.start()
 
+    # ---- the firmware's side ------------------------------------------------------------
+    def etag(self) -> str:
+        """The settings object's ETag: a digest of what is pending (caller holds the lock)."""
+        pending = json.dumps(self.docs[self.settings_path].get("Attributes") or {}, sort_keys=True).encode()
+        return 'W/"%s"' % hashlib.sha256(pending).hexdigest()[:16]
+
+    def registry(self) -> dict | None:
+        """attribute -> values offered, from the registry the BMC serves (None: it serves none)."""
+        for path, doc in self.docs.items():
+            if path.endswith("/registry.json") and isinstance(doc, dict):
+                return {a["AttributeName"]: [v.get("ValueName") for v in a.get("Value") or []]
+                        for a in (doc.get("RegistryEntries") or {}).get("Attributes") or []}
+        return None
+
+    def patch(self, raw: bytes, if_match: str | None) -> tuple[int, bytes]:
+        """A PATCH of the settings object: its Attributes become pending, all or none."""
+        try:
+            body = json.loads(raw.decode())
+        except (ValueError, UnicodeDecodeError):
+            return 400, _error("Base.1.0.MalformedJSON", "The request body submitted was malformed JSON.")
+        attrs = body.get("Attributes") if isinstance(body, dict) else None
+        if not isinstance(attrs, dict) or not attrs:
+            return 400, _error("Base.1.0.PropertyMissing", "The property Attributes is a required property.")
+        offered = self.registry()
+        with self.lock:
+            if if_match and if_match not in ("*", self.etag()):
+                return 412, _error("Base.1.0.PreconditionFailed", "The ETag supplied did not match the current ETag.")
+            current = self.docs[self.bios_path]["Attributes"]
+            for name, value in attrs.items():
+                if name not in current:
+                    return 400, _error("Base.1.0.PropertyUnknown", f"The property {name} is not in the list of valid "
+                                                                   "properties for the resource.")
+                if offered is not None and name in offered and value not in offered[name]:
+                    return 400, _error("Base.1.0.PropertyValueNotInList",
+                                       f"The value {value} for the property {name} is not in the list of acceptable values.")
+            self.docs[self.settings_path]["Attributes"].update({str(k): v for k, v in attrs.items()})
+            self._save()
+        return 204, b""
+
+    def reset(self) -> dict:
+        """The host's reset: the firmware applies what is pending, but what the spec says it
+        ignores (kept pending), then a firmware update renames attributes (once; pending
+        values of a renamed attribute are gone). The attributes it now runs with."""
+        with self.lock:
+            if self.settings_path is None:
+                return dict(self.docs[self.bios_path]["Attributes"]) if self.bios_path else {}
+            current = self.docs[self.bios_path]["Attributes"]
+            pending = self.docs[self.settings_path]["Attributes"]
+            kept = {k: v for k, v in pending.items() if k in self.ignores}
+            current.update({k: v for k, v in pending.items() if k not in self.ignores and k in current})
+            for old, new in self.renames.items():
+                if old in current:
+                    current[new] = current.pop(old)
+                kept.pop(old, None)
+            self.renames = {}
+            self.docs[self.settings_path]["Attributes"] = kept
+            self._save()
+            return dict(current)
+
+    def attributes(self) -> dict:
+        with self.lock:
+            return dict(self.docs[self.bios_path]["Attributes"]) if self.bios_path else {}
+
+    def _save(self) -> None:
+        if self.state is not None:
+            tmp = self.state.with_suffix(".new")
+            tmp.write_text(json.dumps({"attributes": self.docs[self.bios_path]["Attributes"],
+                                       "pending": self.docs[self.settings_path]["Attributes"],
+                                       "renames": self.renames}, sort_keys=True))
+            tmp.replace(self.state)
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _error(ident: str, message: str) -> bytes:
+    """A Redfish error body (DSP0266 9.6)."""
+    return json.dumps({"error": {"code": ident, "message": message,
+                                 "@Message.ExtendedInfo": [{"MessageId": ident, "Message": message}]}}).encode()

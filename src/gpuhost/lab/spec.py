@@ -418,6 +418,21 @@ class BmcSpec(_Strict):
     username: str = "root"
     password: str = "lab-bmc-secret"
     faults: list[Literal["unreachable", "slow", "not_json", "huge", "wrong_certificate"]] = Field(default_factory=list)
+    # what the firmware's settings make of the host at each boot: attribute -> the value it
+    # runs with -> the spec's fields (dotted: firmware.cppc, cpu.numa_nodes) that value sets.
+    # The lab's own model of that firmware, never gpuhost's table.
+    effects: dict[str, dict[str, dict[str, int | bool | str]]] = Field(default_factory=dict)
+    # faults of the firmware: pending values it does not apply at reset (they stay pending),
+    # and attributes a firmware update renames at the next reset (their pending values gone)
+    ignores: list[str] = Field(default_factory=list)
+    renames_at_reset: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names(self) -> "BmcSpec":
+        for name in list(self.pending) + list(self.effects) + self.ignores + list(self.renames_at_reset):
+            if name not in self.attributes:
+                raise ValueError(f"{name}: not among the BMC's attributes")
+        return self
 
 
 class HostSpec(_Strict):
@@ -625,7 +640,34 @@ def parse_spec(data: object, source: str) -> AnySpec:
         raise SpecError(f"{source}: {loc}: {msg}") from None
     if not HOSTNAME_RE.match(spec.hostname):
         raise SpecError(f"{source}: hostname: not a valid host name: {spec.hostname!r}")
+    if isinstance(spec, HostSpec) and spec.bmc is not None:
+        # every value's effects make a host spec that holds: found at load, not at a reboot
+        for name, by_value in spec.bmc.effects.items():
+            for value in by_value:
+                try:
+                    with_firmware(spec, {**spec.bmc.attributes, name: value})
+                except (SpecError, ValidationError, KeyError, TypeError) as exc:
+                    first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+                    raise SpecError(f"{source}: bmc.effects.{name}.{value}: {first}") from None
     return spec
+
+
+def with_firmware(spec: HostSpec, attributes: dict) -> HostSpec:
+    """The host as its firmware makes it at boot: *spec* with the fields that its BMC's
+    *attributes* (the values it runs with) set, by the spec's bmc.effects."""
+    if spec.bmc is None or not spec.bmc.effects:
+        return spec
+    data = spec.model_dump(mode="python")
+    for name, by_value in spec.bmc.effects.items():
+        for field, value in (by_value.get(str(attributes.get(name))) or {}).items():
+            *parents, leaf = field.split(".")
+            node = data
+            for part in parents:
+                node = node[part]
+            if leaf not in node:
+                raise SpecError(f"{spec.hostname}: bmc.effects.{name}: no field {field} in a host spec")
+            node[leaf] = value
+    return HostSpec.model_validate(data)
 
 
 def load_spec(path: str | Path) -> AnySpec:

@@ -27,7 +27,7 @@ from . import fusefs, provision
 from .kernel import boot_state, clear_next_boot_pin
 from .layout import LabLayout
 from .machine import GuestMachine, Machine
-from .spec import GuestSpec, HostSpec, load_spec
+from .spec import GuestSpec, HostSpec, load_spec, with_firmware
 from .tree import Tree
 
 log = logging.getLogger("gpuhost.lab")
@@ -99,15 +99,25 @@ class Supervisor:
         """Each host's BMC (gpuhost.lab.bmc), on the host's address, for as long as the lab runs:
         a BMC runs on standby power whatever its host does."""
         from .bmc import Redfish, documents
-        self.bmcs = []
+        self.bmcs = {}
         for h in self.hosts.values():
             b = getattr(h.spec, "bmc", None)
             if b is None or "unreachable" in b.faults:
                 continue
             d = self.layout.host_dir(h.name) / "bmc"
             docs = documents(b.vendor, b.attributes, b.pending, b.registry)
-            self.bmcs.append(Redfish(docs, d / "bmc.crt", d / "bmc.key", h.addr, user=b.username, password=b.password,
-                                     log=self.layout.host_dir(h.name) / "bmc.log", faults=tuple(b.faults)))
+            self.bmcs[h.name] = Redfish(docs, d / "bmc.crt", d / "bmc.key", h.addr, user=b.username, password=b.password,
+                                        log=self.layout.host_dir(h.name) / "bmc.log", faults=tuple(b.faults),
+                                        state=d / "state.json", ignores=tuple(b.ignores), renames=b.renames_at_reset)
+
+    def _firmware(self, h: Host) -> HostSpec:
+        """The host as its firmware makes it at this boot: at a reboot (a reset) its BMC first
+        applies what is pending (gpuhost.lab.bmc.Redfish.reset); the first boot of a lab is the
+        host as the spec describes it, already running."""
+        bmc = getattr(self, "bmcs", {}).get(h.name)
+        if bmc is None:
+            return h.spec
+        return with_firmware(h.spec, bmc.reset() if h.boots else bmc.attributes())
 
     def _boot_all(self) -> None:
         try:
@@ -167,10 +177,11 @@ class Supervisor:
         h.state, h.error = "booting", ""
         root = self.layout.host_dir(h.name) / "root"
         if isinstance(h.spec, HostSpec):
-            state = boot_state(h.spec, root)
+            spec = self._firmware(h)
+            state = boot_state(spec, root)
             if state.consumed_next_boot_pin:
-                clear_next_boot_pin(root, h.spec.boot.loader, provision.real_grub_mkconfig)
-            h.machine = Machine(h.spec, state, lambda action, h=h: self._request_power(h, action),
+                clear_next_boot_pin(root, spec.boot.loader, provision.real_grub_mkconfig)
+            h.machine = Machine(spec, state, lambda action, h=h: self._request_power(h, action),
                                 lambda vmid, h=h: self._request_container_restart(h, vmid), nvram=h.nvram)
             kern, kind, repo = h.name, "host", str(self.layout.repo(h.name))
         else:

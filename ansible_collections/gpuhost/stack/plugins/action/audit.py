@@ -19,7 +19,7 @@ from ansible_collections.gpuhost.stack.plugins.module_utils.controls import eval
 from ansible_collections.gpuhost.stack.plugins.module_utils.pathproof import MEMORY_THRESHOLD, judge as judge_paths
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.bios import WANTED_NAMES
 from ansible_collections.gpuhost.stack.plugins.module_utils.failure import BAD_INPUT_MARK
-from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import Bmc, RedfishError, read_bios
+from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import RedfishError, connect, read_bios
 from ansible_collections.gpuhost.stack.plugins.module_utils.variables import (
     InventoryError, cannot_render, check_vars, render_waivers, settings_from)
 
@@ -59,11 +59,7 @@ def read_bmc(values: dict) -> dict:
     that names the BMC; the credentials go to the BMC and nowhere else."""
     address = str(values["gpuhost_bmc_address"])
     try:
-        bmc = Bmc(address, str(values.get("gpuhost_bmc_username") or ""), str(values.get("gpuhost_bmc_password") or ""),
-                  ca_file=str(values["gpuhost_bmc_ca"]) if values.get("gpuhost_bmc_ca") else None,
-                  verify=boolean(values.get("gpuhost_bmc_validate_certs", True), strict=False),
-                  timeout=float(values.get("gpuhost_bmc_timeout") or 10))
-        return read_bios(bmc, str(values.get("gpuhost_bmc_system") or "") or None, WANTED_NAMES)
+        return read_bios(connect(values), str(values.get("gpuhost_bmc_system") or "") or None, WANTED_NAMES)
     except RedfishError as exc:
         text = str(exc)
         return {"address": address, "error": text[len(address) + 2:] if text.startswith(address + ": ") else text}

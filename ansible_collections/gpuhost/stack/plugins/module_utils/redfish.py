@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-"""Reading a host's BIOS settings from its BMC over Redfish, from the controller: GET requests
-only, nothing else is in this file. DMTF DSP0266 (the protocol) and DSP0268 (the schemas):
+"""Reading a host's BIOS settings from its BMC over Redfish, from the controller: Bmc sends GET
+requests only (the audit's); the write path, redfish_write.py, adds PATCH and POST beside it. DMTF DSP0266 (the protocol) and DSP0268 (the schemas):
 the service root names the Systems collection; a ComputerSystem links its Bios resource,
 whose Attributes are the current values, whose @Redfish.Settings names the settings object
 that holds the values pending for the next reset, and whose AttributeRegistry names the
@@ -40,6 +40,7 @@ class Bmc:
             raise RedfishError("not a BMC address: %r" % (address,))
         self.address, self.timeout, self.verify = address, float(timeout), bool(verify)
         self.gets = 0
+        self.last_etag = None
         token = base64.b64encode(("%s:%s" % (username or "", password or "")).encode("utf-8")).decode("ascii")
         self._auth = "Basic " + token
         import ssl
@@ -53,51 +54,96 @@ class Bmc:
         self._opener = build_opener(HTTPSHandler(context=context))
 
     def get(self, path, limit=MAX_DOCUMENT):
-        """The JSON document at *path* (a Redfish URI), never more than *limit* bytes."""
+        """The JSON document at *path* (a Redfish URI), never more than *limit* bytes; its ETag
+        (header, else @odata.etag) is kept in last_etag."""
+        doc, headers = self._send("GET", path, None, {}, limit)
+        self.last_etag = headers.get("ETag") or (doc.get("@odata.etag") if isinstance(doc.get("@odata.etag"), str) else None)
+        return doc
+
+    def _send(self, method, path, body, headers, limit=MAX_DOCUMENT, empty_ok=False):
+        """One request: (the JSON document answered, its headers). Every failure is a
+        RedfishError naming the BMC; an HTTP error's Redfish message (DSP0266 9.6: error ->
+        @Message.ExtendedInfo) is named with it."""
         import socket
         import ssl
         from urllib.error import HTTPError, URLError
         from urllib.request import Request
         if not path.startswith("/"):
             raise RedfishError("%s: a link that is not a path on the BMC: %r" % (self.address, path))
-        request = Request("https://%s%s" % (self.address, path), method="GET",
-                          headers={"Authorization": self._auth, "Accept": "application/json",
-                                   "OData-Version": "4.0"})
-        self.gets += 1
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        request = Request("https://%s%s" % (self.address, path), method=method, data=data,
+                          headers=dict({"Authorization": self._auth, "Accept": "application/json",
+                                        "OData-Version": "4.0"},
+                                       **({"Content-Type": "application/json"} if data is not None else {}),
+                                       **headers))
+        if method == "GET":
+            self.gets += 1
         try:
             response = self._opener.open(request, timeout=self.timeout)
         except HTTPError as exc:
             code = exc.code
+            try:
+                detail = _error_message(exc.read(MAX_DOCUMENT))
+            except Exception:       # the error's body is a courtesy: its status is the answer
+                detail = ""
             exc.close()
             if code == 401:
                 raise RedfishError("%s: the BMC refused the credentials (HTTP 401)" % self.address)
-            raise RedfishError("%s: GET %s answered HTTP %d" % (self.address, path, code))
+            raise RedfishError("%s: %s %s answered HTTP %d%s" % (self.address, method, path, code,
+                                                                 (": " + detail) if detail else ""))
         except (socket.timeout, TimeoutError):
-            raise RedfishError("%s: no answer within %g s (GET %s)" % (self.address, self.timeout, path))
+            raise RedfishError("%s: no answer within %g s (%s %s)" % (self.address, self.timeout, method, path))
         except URLError as exc:
             reason = exc.reason
             if isinstance(reason, ssl.SSLCertVerificationError):
                 raise RedfishError("%s: its TLS certificate is not trusted (%s)" % (
                     self.address, getattr(reason, "verify_message", None) or reason))
             if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise RedfishError("%s: no answer within %g s (GET %s)" % (self.address, self.timeout, path))
+                raise RedfishError("%s: no answer within %g s (%s %s)" % (self.address, self.timeout, method, path))
             raise RedfishError("%s: unreachable (%s)" % (self.address, reason))
         except (OSError, ValueError) as exc:
             raise RedfishError("%s: unreachable (%s)" % (self.address, exc))
         with response:
+            answered = {k: response.headers.get(k) for k in ("ETag", "Location") if response.headers.get(k)}
             try:
-                body = response.read(limit + 1)
+                raw = response.read(limit + 1)
             except (socket.timeout, TimeoutError):
-                raise RedfishError("%s: no answer within %g s (GET %s)" % (self.address, self.timeout, path))
-        if len(body) > limit:
-            raise RedfishError("%s: GET %s answered more than %d bytes" % (self.address, path, limit))
+                raise RedfishError("%s: no answer within %g s (%s %s)" % (self.address, self.timeout, method, path))
+        if len(raw) > limit:
+            raise RedfishError("%s: %s %s answered more than %d bytes" % (self.address, method, path, limit))
+        if empty_ok and not raw.strip():
+            return {}, answered
         try:
-            doc = json.loads(body.decode("utf-8"))
+            doc = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
-            raise RedfishError("%s: GET %s answered something that is not JSON" % (self.address, path))
+            raise RedfishError("%s: %s %s answered something that is not JSON" % (self.address, method, path))
         if not isinstance(doc, dict):
-            raise RedfishError("%s: GET %s answered JSON that is not a Redfish resource" % (self.address, path))
-        return doc
+            raise RedfishError("%s: %s %s answered JSON that is not a Redfish resource" % (self.address, method, path))
+        return doc, answered
+
+
+def _error_message(raw):
+    """The first message of a Redfish error body (DSP0266 9.6), on one line; "" without one."""
+    try:
+        error = json.loads(raw.decode("utf-8")).get("error") or {}
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return ""
+    infos = error.get("@Message.ExtendedInfo") if isinstance(error, dict) else None
+    first = infos[0] if isinstance(infos, list) and infos and isinstance(infos[0], dict) else {}
+    text = first.get("Message") or (error.get("message") if isinstance(error, dict) else "") or ""
+    ident = first.get("MessageId") or (error.get("code") if isinstance(error, dict) else "") or ""
+    line = " ".join(("%s %s" % (ident, text)).split())
+    return line[:300]
+
+
+def connect(values, cls=None):
+    """The host's BMC from its gpuhost_bmc_* variables (already rendered): a Bmc, or *cls*."""
+    from ansible.module_utils.parsing.convert_bool import boolean
+    return (cls or Bmc)(str(values["gpuhost_bmc_address"]), str(values.get("gpuhost_bmc_username") or ""),
+                        str(values.get("gpuhost_bmc_password") or ""),
+                        ca_file=str(values["gpuhost_bmc_ca"]) if values.get("gpuhost_bmc_ca") else None,
+                        verify=boolean(values.get("gpuhost_bmc_validate_certs", True), strict=False),
+                        timeout=float(values.get("gpuhost_bmc_timeout") or 10))
 
 
 def _link(doc, *keys):
@@ -155,7 +201,14 @@ def read_bios(bmc, system_id=None, wanted=()):
     if settings_path and settings_path.rstrip("/") != bios_path.rstrip("/"):
         # the settings object holds only what is pending, or everything (some BMCs): the
         # values that differ from the current ones are what the next reset changes
-        staged = bmc.get(settings_path).get("Attributes") or {}
+        try:
+            staged = bmc.get(settings_path).get("Attributes") or {}
+        except RedfishError as exc:
+            if "answered HTTP 404" not in str(exc) and "answered HTTP 405" not in str(exc):
+                raise
+            # some AMI firmware takes PATCH at its settings object and answers no GET there
+            # (DMTF/Redfish-Tacklebox#55): nothing can be known pending
+            staged = {}
         if not isinstance(staged, dict):
             raise RedfishError("%s: its settings object %s holds Attributes that are not a mapping" % (
                 bmc.address, settings_path))

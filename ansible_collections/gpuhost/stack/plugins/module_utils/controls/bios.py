@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import BiosSet, fix_of
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Finding, Host, Param, error, na
 from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import match_attribute
 
@@ -128,6 +129,8 @@ BMC_PARAMS = (
           pattern=r"^[A-Za-z0-9._-]*$", what="a Redfish system Id"),
     Param("gpuhost_bmc_timeout", "int", 10, None, "Seconds each request to the BMC may take (1 to 120).",
           bounds=(1, 120), what="a whole number of seconds"),
+    Param("gpuhost_bios_write", "bool", True, "bios_write",
+          "Let fix write BIOS settings through the BMC, for the next reboot (false: the bios findings are manual)."),
 )
 
 
@@ -169,6 +172,13 @@ def judge_setting(h: Host, control, setting: str, what: str, linux=None) -> Find
     spec, name = _attr(setting, family, attributes)
     if spec is None:
         names = ", ".join(n for a in TABLE[setting][family] for n in a.names)
+        seen = linux(h) if linux else None
+        if seen is not None and seen[0] != want:
+            # an attribute a firmware update renamed, or one gpuhost does not know yet: Linux
+            # still shows the setting is not what is wanted, which is no n/a
+            return Finding(cid, "manual", f"{what} {seen[0]} ({seen[1]}) [{where}]", f"{what} {want}",
+                           f"Linux sees {what} {seen[0]} ({seen[1]}), {want} wanted, and the firmware ({where}) has no "
+                           f"{what} attribute gpuhost knows ({names}; renamed by a firmware update?): set it in the BIOS setup")
         return na(cid, f"the firmware ({where}) has no {what} attribute ({names})")
     current, pending = attributes.get(name), (bmc.get("pending") or {}).get(name)
     wanted = spec.values.get(want)
@@ -181,8 +191,8 @@ def judge_setting(h: Host, control, setting: str, what: str, linux=None) -> Find
                        f"the firmware offers {', '.join(map(str, offered))} for {name}, not {wanted} ({where})")
     if current == wanted:
         if pending is not None and pending != wanted:
-            return Finding(cid, "drift", observed, f"{name}={wanted}",
-                           f"{name} is {wanted}, but {pending} is pending for the next reset ({where})")
+            return _write(h, cid, bmc, name, wanted, observed, where,
+                          f"{name} is {wanted}, but {pending} is pending for the next reset")
         seen = linux(h) if linux else None
         if seen is not None and seen[0] != want:
             return Finding(cid, "manual", observed, f"{name}={wanted}",
@@ -192,6 +202,35 @@ def judge_setting(h: Host, control, setting: str, what: str, linux=None) -> Find
     if pending == wanted:
         return Finding(cid, "pending_reboot", observed, f"{name}={wanted}",
                        f"{name}={wanted} is pending: the next reset applies it ({where})", reboot_required=True)
-    return Finding(cid, "manual", observed, f"{name}={wanted}",
-                   f"{name} is {current}, {wanted} wanted: set it in the BIOS setup or through {where} "
-                   f"(gpuhost reads BIOS settings; it does not write them yet)")
+    return _write(h, cid, bmc, name, wanted, observed, where, f"{name} is {current}, {wanted} wanted")
+
+
+def unwritable(bmc: dict, name: str) -> str | None:
+    """Why gpuhost must not write *name* through this BMC, or None: it writes only to a settings
+    object the Bios resource names (DSP0266: values for the next reset), only what the firmware's
+    own registry lists as writable (its offered values were checked before)."""
+    if not bmc.get("settings_object"):
+        return "its Bios resource names no settings object (@Redfish.Settings), so it takes no values for the next reset"
+    if bmc.get("registry_error"):
+        return f"its attribute registry could not be read ({bmc['registry_error']}), and gpuhost writes only what it offers"
+    if bmc.get("registry") is None:
+        return "no attribute registry was read from it, and gpuhost writes only what the registry offers"
+    entry = (bmc.get("registry") or {}).get(name)
+    if entry is None:
+        return f"its attribute registry does not list {name}, and gpuhost writes only what it offers"
+    if entry.get("read_only"):
+        return f"its registry marks {name} read-only"
+    return None
+
+
+def _write(h: Host, cid: str, bmc: dict, name: str, wanted: str, observed: str, where: str, what: str) -> Finding:
+    """A wrong value (current, or pending for the next reset): drift that fix writes for the next
+    reset, where the BMC and the inventory allow it; else manual, saying why."""
+    why = None if h.s.get("bios_write", True) else "gpuhost_bios_write is off"
+    why = why or unwritable(bmc, name)
+    if why:
+        return Finding(cid, "manual", observed, f"{name}={wanted}",
+                       f"{what}: set it in the BIOS setup or through {where} ({why})")
+    return Finding(cid, "drift", observed, f"{name}={wanted}",
+                   f"{what} ({where}): fix writes {name}={wanted} for the next reset", reboot_required=True,
+                   fix=fix_of(BiosSet({name: wanted}, str(bmc["address"]))))

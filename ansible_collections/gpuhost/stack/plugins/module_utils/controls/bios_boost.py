@@ -9,13 +9,14 @@ CONTROL = Control(
     id="bios.boost",
     title="Core performance boost is on in the firmware",
     role="bios",
-    fixable=False,
-    reboot="-",
+    fixable=True,
+    reboot="yes",
     rationale=('Without boost every host thread runs at base clock, often 30-40 % below the boost clock'),
     references=("Documentation/admin-guide/pm/cpufreq.rst (Frequency Boost Support)", "AMD Instinct System Acceptance: BIOS Settings (Power "
                 "Management: Maximum Performance)"),
     passes=("the BMC's boost attribute at `gpuhost_bios_boost` (on) and the cpufreq driver offering a boost switch"),
-    repair="none yet: the finding names the attribute and value to set through the BMC or the BIOS setup",
+    repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
+            "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
     facts=("bmc", "cpufreq"),
     params=(param("boost", "on", ('on', 'off'), "core performance boost",
                   'Documentation/admin-guide/pm/cpufreq.rst (Frequency Boost Support): boost off in the firmware leaves the driver no switch'),),

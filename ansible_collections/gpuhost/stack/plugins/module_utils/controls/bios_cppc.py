@@ -9,13 +9,14 @@ CONTROL = Control(
     id="bios.cppc",
     title="The firmware offers CPPC, which amd-pstate needs",
     role="bios",
-    fixable=False,
-    reboot="-",
+    fixable=True,
+    reboot="yes",
     rationale=('Without CPPC (ACPI _CPC) amd-pstate cannot load and the host runs acpi-cpufreq, whose few P-states and slow ramps the seed '
                'host showed'),
     references=("Documentation/admin-guide/pm/amd-pstate.rst (Processor Support)", "Documentation/admin-guide/acpi/cppc_sysfs.rst (acpi_cppc)"),
     passes=("the BMC's CPPC attribute at `gpuhost_bios_cppc` (on) and `cpu0/acpi_cppc` in sysfs agreeing"),
-    repair="none yet: the finding names the attribute and value to set through the BMC or the BIOS setup",
+    repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
+            "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
     facts=("bmc", "cpu"),
     params=(param("cppc", "on", ('on', 'off'), "CPPC",
                   "Documentation/admin-guide/pm/amd-pstate.rst: amd-pstate does not load without the firmware's _CPC"),),

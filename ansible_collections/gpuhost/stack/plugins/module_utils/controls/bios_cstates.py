@@ -9,13 +9,14 @@ CONTROL = Control(
     id="bios.cstates",
     title="Global C-state control is as gpuhost_bios_cstates asks",
     role="bios",
-    fixable=False,
-    reboot="-",
+    fixable=True,
+    reboot="yes",
     rationale=('Turning C-states off in the firmware also takes the headroom boost needs; the deep states that slow a GPU host are disabled '
                'from Linux (cpu.cstates)'),
     references=("AMD Instinct System Acceptance: BIOS Settings (Global C-state control)",),
     passes=("the BMC's global C-state attribute at `gpuhost_bios_cstates` (on)"),
-    repair="none yet: the finding names the attribute and value to set through the BMC or the BIOS setup",
+    repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
+            "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
     facts=("bmc",),
     params=(param("cstates", "on", ('on', 'off'), "global C-states",
                   'AMD Instinct System Acceptance, BIOS Settings: Global C-state control Auto, not to be disabled (cpu.cstates disables the '

@@ -9,14 +9,15 @@ CONTROL = Control(
     id="bios.nps",
     title="The firmware makes the NUMA nodes per socket gpuhost_bios_nps asks for",
     role="bios",
-    fixable=False,
-    reboot="-",
+    fixable=True,
+    reboot="yes",
     rationale=("Each NUMA node per socket splits memory and the PCIe roots into smaller domains: a GPU's host copies and its serving "
                "process's memory cross them unless everything is pinned"),
     references=("AMD Instinct System Acceptance: BIOS Settings (NUMA nodes per socket)", "Documentation/ABI/stable/sysfs-devices-node "
                 "(has_cpu, nodeX/cpulist)"),
     passes=("the BMC's NPS attribute at `gpuhost_bios_nps` (1), nothing else pending, and Linux's nodes with CPUs per package the same"),
-    repair="none yet: the finding names the attribute and value to set through the BMC or the BIOS setup",
+    repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
+            "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
     facts=("bmc", "numa"),
     params=(param("nps", "1", ('0', '1', '2', '4'), "NUMA nodes per socket",
                   'AMD Instinct System Acceptance, BIOS Settings: NUMA nodes per socket Auto (NPS1), other values not to be used'),

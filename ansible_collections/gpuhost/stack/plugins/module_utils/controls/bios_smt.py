@@ -9,13 +9,14 @@ CONTROL = Control(
     id="bios.smt",
     title="Simultaneous multithreading is as gpuhost_bios_smt asks",
     role="bios",
-    fixable=False,
-    reboot="-",
+    fixable=True,
+    reboot="yes",
     rationale=('The host threads that feed the GPUs (tokenizers, schedulers, the Python around them) are many and light: SMT doubles the '
                'threads they get'),
     references=("AMD Instinct System Acceptance: BIOS Settings (SMT control)", "Documentation/ABI/testing/sysfs-devices-system-cpu (smt/control)"),
     passes=("the BMC's SMT attribute at `gpuhost_bios_smt` (on) and Linux's `smt/control` agreeing (`notsupported`: off in the firmware)"),
-    repair="none yet: the finding names the attribute and value to set through the BMC or the BIOS setup",
+    repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
+            "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
     facts=("bmc", "cpu"),
     params=(param("smt", "on", ('on', 'off'), "SMT",
                   "AMD Instinct System Acceptance, BIOS Settings: SMT Auto where the primary application is not compute-bound, as a GPU "

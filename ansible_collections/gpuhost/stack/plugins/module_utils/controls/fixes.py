@@ -338,9 +338,26 @@ class GpuMode:
                                               "value": self.value})
 
 
+@dataclass(frozen=True)
+class BiosSet:
+    """BIOS attributes set for the next reset through the host's BMC (Redfish settings object,
+    gpuhost.stack.bios_settings, from the controller): each control's fix stages its values and
+    the bios role writes the host's in one request, after its last control."""
+    STEP = "bios"
+    attributes: dict                # the firmware's attribute name -> value, as its registry spells them
+    bmc: str                        # the BMC's address, for the plan
+
+    def put(self, fix: dict) -> None:
+        fix["bios"] = {"attributes": dict(self.attributes), "bmc": self.bmc}
+
+    def plan(self) -> list[str]:
+        return [f"BIOS attribute {k}={v} through BMC {self.bmc} (applies at the next reset)"
+                for k, v in self.attributes.items()]
+
+
 KINDS = (CmdlineSet, CmdlineRemove, KernelPin, KernelSeries, FileContent, FileEdit, Initramfs, LxcRepair, LxcCpuset,
          LxcRestart, BootUnit, UnitRemoval,
-         UnitEnable, UnitStart, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
+         UnitEnable, UnitStart, DaemonReload, RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode, BiosSet)
 RUNTIME_KINDS = (RuntimeWrite, PciRegister, Persistence, PowerLimit, GpuMode)
 # every key a fix may hold, and the kind that owns it
 KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": KernelPin, "series": KernelSeries,
@@ -348,13 +365,15 @@ KEYS = {"cmdline_set": CmdlineSet, "cmdline_remove": CmdlineRemove, "pin": Kerne
         "unpin": KernelSeries, "packages": KernelSeries, "default_release": KernelSeries, "file": FileContent,
         "files": FileEdit, "initramfs": Initramfs, "lxc": LxcRepair, "lxc_devices": LxcRepair, "lxc_dev_nodes": LxcRepair,
         "lxc_cpuset": LxcCpuset, "lxc_restart": LxcRestart, "unit": BootUnit,
-        "remove_unit": UnitRemoval, "enable": UnitEnable, "start": UnitStart, "restart": UnitStart, "daemon_reload": DaemonReload, "runtime": RuntimeWrite}
+        "remove_unit": UnitRemoval, "enable": UnitEnable, "start": UnitStart, "restart": UnitStart, "daemon_reload": DaemonReload, "runtime": RuntimeWrite,
+        "bios": BiosSet}
 
 # the common fix task files (roles/common/tasks/fix_<step>.yml) in the order a fix applies
 # them: the command line before the kernel it is for, packages before the module check,
-# files and units before systemd reads them again, the runtime writes, then containers restarted into their config
+# files and units before systemd reads them again, the runtime writes, then containers restarted into their config;
+# bios stages the firmware's values, which its role writes once, after its last control
 STEPS = ("cmdline", "pin", "series", "file", "files", "initramfs", "lxc", "lxc_cpuset", "unit", "remove_unit", "daemon_reload", "enable",
-         "start", "runtime", "lxc_restart")
+         "start", "runtime", "lxc_restart", "bios")
 
 # keys the fix tasks do not act on: kept for a playbook that reads the finding (the kernel
 # series' packages already name its headers)
@@ -429,6 +448,8 @@ def kinds_of(fix: dict) -> list:
                                     bool(c.get("selected"))))
     if fix.get("lxc_restart"):
         out.append(LxcRestart(tuple(fix["lxc_restart"])))
+    if fix.get("bios"):
+        out.append(BiosSet(dict(fix["bios"]["attributes"]), str(fix["bios"]["bmc"])))
     return out
 
 

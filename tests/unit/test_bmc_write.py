@@ -1,0 +1,142 @@
+"""The firmware dimension's write path: BIOS values written through a BMC for the next reset
+(module_utils/redfish_write.py), against the lab's Redfish service over real HTTPS. Each
+test counts what the BMC saw: one PATCH at most, none when anything is wrong or already done."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import Bmc, RedfishError, read_bios
+from ansible_collections.gpuhost.stack.plugins.module_utils.redfish_write import WritableBmc, plan_write, write_bios
+from bmcserver import Redfish, make_ca
+from gpuhost.lab import bmc as labbmc
+
+PASSWORD = "wr1te-Pa55"
+ATTRS = {"Processors_CPPC": "Disabled", "Processors_CorePerformanceBoost": "Disabled", "Memory_NUMANodesperSocket": "NPS4"}
+REGISTRY = {"Processors_CPPC": ["Enabled", "Disabled"], "Processors_CorePerformanceBoost": ["Enabled", "Disabled"],
+            "Memory_NUMANodesperSocket": ["NPS1", "NPS2", "NPS4"]}
+STAGED = {"bios.cppc": {"Processors_CPPC": "Enabled"}, "bios.boost": {"Processors_CorePerformanceBoost": "Enabled"},
+          "bios.nps": {"Memory_NUMANodesperSocket": "NPS1"}}
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory):
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture
+def lab(ca, tmp_path):
+    made = []
+
+    def start(attributes=ATTRS, pending=None, registry=REGISTRY, vendor="Lenovo", **firmware):
+        docs = labbmc.documents(vendor, attributes, pending, registry)
+        server = Redfish(docs, ca[1], ca[2], password=PASSWORD)
+        server.state, server.ignores = tmp_path / "state.json", tuple(firmware.get("ignores", ()))
+        server.renames = dict(firmware.get("renames", {}))
+        made.append(server)
+        return server, WritableBmc(server.address, "root", PASSWORD, ca_file=str(ca[0]), timeout=5)
+    yield start
+    for server in made:
+        server.close()
+
+
+def writes(server) -> list:
+    return [(m, p) for m, p in server.methods if m != "GET"]
+
+
+def test_the_staged_values_are_written_in_one_patch_and_read_back_pending(lab):
+    server, bmc = lab()
+    out = write_bios(bmc, None, STAGED)
+    assert out["written"] == {"Processors_CPPC": "Enabled", "Processors_CorePerformanceBoost": "Enabled",
+                              "Memory_NUMANodesperSocket": "NPS1"}
+    assert out["controls"] == {"bios.cppc": ["Processors_CPPC"], "bios.boost": ["Processors_CorePerformanceBoost"],
+                               "bios.nps": ["Memory_NUMANodesperSocket"]}
+    assert out["apply_time"] == "OnReset"
+    assert writes(server) == [("PATCH", "/redfish/v1/Systems/1/Bios/Settings")]
+    state = read_bios(Bmc(server.address, "root", PASSWORD, verify=False))
+    assert state["pending"] == out["written"] and state["attributes"] == ATTRS, "pending for the next reset, not current"
+
+
+def test_a_value_already_pending_or_set_is_never_written_again(lab):
+    server, bmc = lab(pending={"Processors_CPPC": "Enabled"})
+    out = write_bios(bmc, None, {"bios.cppc": {"Processors_CPPC": "Enabled"}, "bios.nps": {"Memory_NUMANodesperSocket": "NPS4"}})
+    assert out["written"] == {} and writes(server) == []
+    assert sorted(out["skipped"]) == [("Memory_NUMANodesperSocket", "already set"), ("Processors_CPPC", "already pending")]
+    out = write_bios(bmc, None, STAGED)           # the rest, once
+    out = write_bios(bmc, None, STAGED)           # and again: nothing
+    assert out["written"] == {} and writes(server) == [("PATCH", "/redfish/v1/Systems/1/Bios/Settings")]
+
+
+def test_check_mode_sends_gets_only_and_says_what_it_would_write(lab):
+    server, bmc = lab()
+    out = write_bios(bmc, None, STAGED, check=True)
+    assert out["written"]["Processors_CPPC"] == "Enabled" and out["checked"]
+    assert writes(server) == [] and {m for m, _ in server.methods} == {"GET"}
+
+
+@pytest.mark.parametrize("staged, registry, says", [
+    ({"bios.cppc": {"Processors_CPPCControl": "Enabled"}}, REGISTRY,
+     "the firmware no longer has Processors_CPPCControl (bios.cppc; renamed by a firmware update?): nothing written"),
+    ({"bios.nps": {"Memory_NUMANodesperSocket": "NPS0"}}, REGISTRY,
+     "its registry offers NPS1, NPS2, NPS4 for Memory_NUMANodesperSocket, not NPS0: nothing written"),
+    ({"bios.cppc": {"Processors_CPPC": "Enabled"}}, {"Processors_CorePerformanceBoost": ["Enabled", "Disabled"]},
+     "its attribute registry does not list Processors_CPPC: nothing written"),
+    ({"bios.cppc": {"Processors_CPPC": "Enabled"}}, None, "its attribute registry could not be read"),
+])
+def test_one_value_that_cannot_be_written_means_nothing_is_written(lab, staged, registry, says):
+    server, bmc = lab(registry=registry)
+    with pytest.raises(RedfishError) as err:
+        write_bios(bmc, None, {**staged, "bios.boost": {"Processors_CorePerformanceBoost": "Enabled"}})
+    assert says in str(err.value) and str(err.value).startswith(server.address), err.value
+    assert writes(server) == [], "nothing half-applied"
+    assert PASSWORD not in str(err.value)
+
+
+def test_a_bios_without_a_settings_object_takes_no_write(lab):
+    server, bmc = lab()
+    del server.docs[server.bios_path]["@Redfish.Settings"]
+    with pytest.raises(RedfishError, match="names no settings object"):
+        write_bios(bmc, None, STAGED)
+    assert writes(server) == []
+
+
+def test_a_stale_etag_is_refused_by_the_bmc_and_named(lab):
+    server, bmc = lab()
+    with pytest.raises(RedfishError, match=r"PATCH /redfish/v1/Systems/1/Bios/Settings answered HTTP 412: "
+                                           r"Base.1.0.PreconditionFailed"):
+        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Processors_CPPC": "Enabled"}}, etag='W/"old"')
+    assert read_bios(bmc)["pending"] == {}
+
+
+def test_the_lab_bmc_refuses_what_its_firmware_does_not_have(lab):
+    server, bmc = lab()
+    with pytest.raises(RedfishError, match="HTTP 400: Base.1.0.PropertyUnknown"):
+        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Nope": "Enabled"}})
+    with pytest.raises(RedfishError, match="HTTP 400: Base.1.0.PropertyValueNotInList"):
+        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Processors_CPPC": "Maybe"}})
+    with pytest.raises(RedfishError, match="HTTP 405"):
+        bmc.patch("/redfish/v1/Systems/1/Bios", {"Attributes": {"Processors_CPPC": "Enabled"}})
+
+
+def test_a_reset_applies_what_is_pending_but_what_the_firmware_ignores_and_a_rename(lab):
+    server, bmc = lab(ignores=("Processors_CorePerformanceBoost",), renames={"Processors_CPPC": "Processors_CPPCCtrl"})
+    write_bios(bmc, None, STAGED)
+    now = server.reset()
+    assert now["Memory_NUMANodesperSocket"] == "NPS1"
+    assert now["Processors_CorePerformanceBoost"] == "Disabled", "ignored: not applied"
+    assert now["Processors_CPPCCtrl"] == "Enabled" and "Processors_CPPC" not in now, "applied, then renamed"
+    state = read_bios(bmc)
+    assert state["pending"] == {"Processors_CorePerformanceBoost": "Enabled"}, "an ignored value stays pending"
+    kept = json.loads(server.state.read_text())
+    assert kept["attributes"] == now and kept["renames"] == {}, "kept across the lab's restarts; renamed once"
+
+
+def test_plan_write_overrides_a_pending_value_that_would_undo_the_current_one():
+    state = {"address": "bmc.example", "attributes": {"LogicalProc": "Enabled"}, "pending": {"LogicalProc": "Disabled"},
+             "settings_object": "/redfish/v1/Systems/1/Bios/Settings",
+             "registry": {"LogicalProc": {"values": ["Enabled", "Disabled"], "read_only": False}}}
+    send, served, skipped = plan_write(state, {"bios.smt": {"LogicalProc": "Enabled"}})
+    assert send == {"LogicalProc": "Enabled"} and served == {"bios.smt": ["LogicalProc"]} and skipped == []
+    with pytest.raises(RedfishError, match="LogicalProc is asked for as Enabled and Disabled"):
+        plan_write(state, {"bios.smt": {"LogicalProc": "Enabled"}, "bios.other": {"LogicalProc": "Disabled"}})
