@@ -125,7 +125,7 @@ def test_a_reset_applies_what_is_pending_but_what_the_firmware_ignores_and_a_ren
     now = server.reset()
     assert now["Memory_NUMANodesperSocket"] == "NPS1"
     assert now["Processors_CorePerformanceBoost"] == "Disabled", "ignored: not applied"
-    assert now["Processors_CPPCCtrl"] == "Enabled" and "Processors_CPPC" not in now, "applied, then renamed"
+    assert now["Processors_CPPCCtrl"] == "Disabled" and "Processors_CPPC" not in now, "renamed, its pending value gone"
     state = read_bios(bmc)
     assert state["pending"] == {"Processors_CorePerformanceBoost": "Enabled"}, "an ignored value stays pending"
     kept = json.loads(server.state.read_text())
@@ -138,5 +138,22 @@ def test_plan_write_overrides_a_pending_value_that_would_undo_the_current_one():
              "registry": {"LogicalProc": {"values": ["Enabled", "Disabled"], "read_only": False}}}
     send, served, skipped = plan_write(state, {"bios.smt": {"LogicalProc": "Enabled"}})
     assert send == {"LogicalProc": "Enabled"} and served == {"bios.smt": ["LogicalProc"]} and skipped == []
-    with pytest.raises(RedfishError, match="LogicalProc is asked for as Enabled and Disabled"):
+    with pytest.raises(RedfishError, match="LogicalProc is asked for as Disabled and Enabled"):
         plan_write(state, {"bios.smt": {"LogicalProc": "Enabled"}, "bios.other": {"LogicalProc": "Disabled"}})
+
+
+@pytest.mark.parametrize("faults, applied", [((), True), (("job_never_runs",), False)])
+def test_a_dell_schedules_its_configuration_job_and_takes_no_second_set_while_it_waits(lab, faults, applied):
+    server, bmc = lab(attributes={"LogicalProc": "Disabled", "ProcTurboMode": "Disabled"},
+                      registry={"LogicalProc": ["Enabled", "Disabled"], "ProcTurboMode": ["Enabled", "Disabled"]},
+                      vendor="Dell")
+    server.faults = faults
+    out = write_bios(bmc, None, {"bios.smt": {"LogicalProc": "Enabled"}})
+    assert out["apply_time"] == "OnReset" and out["job"].startswith("/redfish/v1/Managers/iDRAC.Embedded.1/Jobs/JID_")
+    assert writes(server) == [("PATCH", "/redfish/v1/Systems/1/Bios/Settings")], "iDRAC makes the job: no POST"
+    with pytest.raises(RedfishError, match="HTTP 400: IDRAC.2.9.SYS011 Pending configuration values are already committed"):
+        write_bios(bmc, None, {"bios.boost": {"ProcTurboMode": "Enabled"}})
+    now = server.reset()
+    assert (now["LogicalProc"] == "Enabled") is applied
+    assert read_bios(bmc)["pending"] == ({} if applied else {"LogicalProc": "Enabled"})
+    assert server.docs[out["job"]]["JobState"] == ("Completed" if applied else "Scheduled")

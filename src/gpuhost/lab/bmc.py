@@ -30,6 +30,9 @@ from pathlib import Path
 
 PORT = 443
 SLOW_S = 30.0
+# where an iDRAC lists its jobs (dell/iDRAC-Redfish-Scripting; the configuration job a PATCH
+# with @Redfish.SettingsApplyTime OnReset schedules is named in the answer's Location)
+DELL_JOBS = "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs"
 
 
 def make_ca(directory: Path) -> tuple[Path, Path]:
@@ -104,6 +107,7 @@ class Redfish:
         self.faults, self.log = tuple(faults), log
         self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         self.state, self.ignores, self.renames = state, tuple(ignores), dict(renames or {})
+        self.vendor = (self.docs.get("/redfish/v1/") or {}).get("Vendor")
         self.bios_path = next((p for p, d in self.docs.items() if isinstance(d, dict) and "@Redfish.Settings" in d), None)
         self.settings_path = (((self.docs.get(self.bios_path) or {}).get("@Redfish.Settings") or {}).get("SettingsObject")
                               or {}).get("@odata.id") if self.bios_path else None
@@ -133,8 +137,8 @@ class Redfish:
                     return
                 if self.command == "PATCH" and self.path == outer.settings_path:
                     length = int(self.headers.get("Content-Length") or 0)
-                    code, body = outer.patch(self.rfile.read(length), self.headers.get("If-Match"))
-                    self._send(code, body)
+                    code, body, location = outer.patch(self.rfile.read(length), self.headers.get("If-Match"))
+                    self._send(code, body, location=location)
                     return
                 if self.command != "GET":
                     self._send(405, b'{"error": {"code": "Base.1.0.OperationNotAllowed"}}')
@@ -154,12 +158,14 @@ class Redfish:
 
             do_GET = do_PATCH = do_POST = do_DELETE = do_PUT = _any
 
-            def _send(self, code, body, etag=None):
+            def _send(self, code, body, etag=None, location=None):
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 if etag:
                     self.send_header("ETag", etag)
+                if location:
+                    self.send_header("Location", location)
                 self.end_headers()
                 try:
                     self.wfile.write(body)
@@ -189,47 +195,68 @@ class Redfish:
                         for a in (doc.get("RegistryEntries") or {}).get("Attributes") or []}
         return None
 
-    def patch(self, raw: bytes, if_match: str | None) -> tuple[int, bytes]:
-        """A PATCH of the settings object: its Attributes become pending, all or none."""
+    def patch(self, raw: bytes, if_match: str | None) -> tuple[int, bytes, str | None]:
+        """A PATCH of the settings object: its Attributes become pending, all or none; on a
+        Dell, with apply time OnReset, a configuration job is scheduled for them (its URI the
+        answer's Location), and a second set while one waits is refused as iDRAC does (SYS011)."""
         try:
             body = json.loads(raw.decode())
         except (ValueError, UnicodeDecodeError):
-            return 400, _error("Base.1.0.MalformedJSON", "The request body submitted was malformed JSON.")
+            return 400, _error("Base.1.0.MalformedJSON", "The request body submitted was malformed JSON."), None
         attrs = body.get("Attributes") if isinstance(body, dict) else None
         if not isinstance(attrs, dict) or not attrs:
-            return 400, _error("Base.1.0.PropertyMissing", "The property Attributes is a required property.")
+            return 400, _error("Base.1.0.PropertyMissing", "The property Attributes is a required property."), None
         offered = self.registry()
         with self.lock:
             if if_match and if_match not in ("*", self.etag()):
-                return 412, _error("Base.1.0.PreconditionFailed", "The ETag supplied did not match the current ETag.")
+                return 412, _error("Base.1.0.PreconditionFailed", "The ETag supplied did not match the current ETag."), None
+            waiting = [p for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/") and d.get("JobState") == "Scheduled"]
+            if self.vendor == "Dell" and waiting:
+                return 400, _error("IDRAC.2.9.SYS011", "Pending configuration values are already committed, unable to "
+                                                       "perform another set operation."), None
             current = self.docs[self.bios_path]["Attributes"]
             for name, value in attrs.items():
                 if name not in current:
                     return 400, _error("Base.1.0.PropertyUnknown", f"The property {name} is not in the list of valid "
-                                                                   "properties for the resource.")
+                                                                   "properties for the resource."), None
                 if offered is not None and name in offered and value not in offered[name]:
                     return 400, _error("Base.1.0.PropertyValueNotInList",
-                                       f"The value {value} for the property {name} is not in the list of acceptable values.")
+                                       f"The value {value} for the property {name} is not in the list of acceptable values."), None
             self.docs[self.settings_path]["Attributes"].update({str(k): v for k, v in attrs.items()})
+            location = None
+            if self.vendor == "Dell" and (body.get("@Redfish.SettingsApplyTime") or {}).get("ApplyTime") == "OnReset":
+                job = f"JID_{len([p for p in self.docs if p.startswith(DELL_JOBS + '/')]) + 1:012d}"
+                location = f"{DELL_JOBS}/{job}"
+                self.docs[location] = {"@odata.id": location, "Id": job, "JobType": "BIOSConfiguration",
+                                       "JobState": "Scheduled", "PercentComplete": 0,
+                                       "Message": "Task successfully scheduled."}
             self._save()
-        return 204, b""
+        return (202 if location else 204), b"", location
 
     def reset(self) -> dict:
-        """The host's reset: the firmware applies what is pending, but what the spec says it
-        ignores (kept pending), then a firmware update renames attributes (once; pending
-        values of a renamed attribute are gone). The attributes it now runs with."""
+        """The host's reset: a firmware update renames attributes first (once; their pending
+        values are gone with the old names), then the firmware applies what is pending but
+        what the spec says it ignores (kept pending); on a Dell, only through its scheduled
+        configuration job, which the job_never_runs fault leaves scheduled. The attributes it
+        now runs with."""
         with self.lock:
             if self.settings_path is None:
                 return dict(self.docs[self.bios_path]["Attributes"]) if self.bios_path else {}
             current = self.docs[self.bios_path]["Attributes"]
             pending = self.docs[self.settings_path]["Attributes"]
-            kept = {k: v for k, v in pending.items() if k in self.ignores}
-            current.update({k: v for k, v in pending.items() if k not in self.ignores and k in current})
             for old, new in self.renames.items():
                 if old in current:
                     current[new] = current.pop(old)
-                kept.pop(old, None)
+                pending.pop(old, None)
             self.renames = {}
+            jobs = [d for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/") and d.get("JobState") == "Scheduled"]
+            if self.vendor == "Dell" and (not jobs or "job_never_runs" in self.faults):
+                kept = dict(pending)        # no job (or one that never runs): nothing applies
+            else:
+                kept = {k: v for k, v in pending.items() if k in self.ignores}
+                current.update({k: v for k, v in pending.items() if k not in self.ignores and k in current})
+                for job in jobs:
+                    job.update(JobState="Completed", PercentComplete=100, Message="Job completed successfully.")
             self.docs[self.settings_path]["Attributes"] = kept
             self._save()
             return dict(current)

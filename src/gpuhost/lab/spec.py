@@ -417,7 +417,8 @@ class BmcSpec(_Strict):
     registry: Optional[dict[str, list[str]]] = None
     username: str = "root"
     password: str = "lab-bmc-secret"
-    faults: list[Literal["unreachable", "slow", "not_json", "huge", "wrong_certificate"]] = Field(default_factory=list)
+    faults: list[Literal["unreachable", "slow", "not_json", "huge", "wrong_certificate", "job_never_runs"]] = \
+        Field(default_factory=list)
     # what the firmware's settings make of the host at each boot: attribute -> the value it
     # runs with -> the spec's fields (dotted: firmware.cppc, cpu.numa_nodes) that value sets.
     # The lab's own model of that firmware, never gpuhost's table.

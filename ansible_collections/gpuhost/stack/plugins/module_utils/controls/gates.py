@@ -65,9 +65,12 @@ def hold_reboot(h: Host, finding: Finding) -> None:
     sig = (last.get("findings") or {}).get(finding.control)
     if sig and rebooted_by_gpuhost(h, last) and sig == reboot_signature(finding):
         finding.status, finding.reboot_required = "manual", False
+        # a BIOS value still pending after the reset: the firmware kept it (a Dell's configuration
+        # job that did not run, a value the firmware refuses), which no further reset changes
+        where = ("the BMC's configuration jobs and event log, and the BIOS setup" if finding.control.startswith("bios.")
+                 else "the boot loader, firmware and kernel log")
         finding.message = (f"{finding.message}; gpuhost rebooted this host for this at {last.get('time', '?')} and that "
-                           "boot did not apply it: a second reboot will not help (check the boot loader, firmware and "
-                           "kernel log)")
+                           f"boot did not apply it: a second reboot will not help (check {where})")
 
 
 def respect_masks(h: Host, finding: Finding) -> None:
