@@ -2,11 +2,15 @@
 with CPPC off, boost off and NPS4 in its BIOS, its BMC a Lenovo XCC over HTTPS from the lab's
 CA): the audit finds the three from the BMC, the Linux-side controls point to them, the BMC
 sees only GETs, no report or log holds the password, and each BMC fault is one finding naming
-the BMC while the rest of the host is judged."""
+the BMC while the rest of the host is judged. The fix writes the BIOS once, one reboot applies
+it with the OS's changes and both sides agree after it; a value the firmware ignores or an
+attribute a firmware update renames is a finding naming the BMC, never a second reboot."""
 from __future__ import annotations
 
 import os
 import subprocess
+
+import yaml
 
 from conftest import SPECS, gpuhost, inventory_with
 
@@ -25,10 +29,11 @@ def test_the_audit_finds_cppc_boost_and_nps4_from_the_bmc_sends_no_write_and_nev
                   "--prom", str(reports["prom"]), "--json", str(tmp_path / "report.json"))
     assert run.rc == 2 and run.report is not None, run.stderr[-2000:]
     got = run.status(HOST)
-    assert {c: got[c] for c in ("bios.cppc", "bios.boost", "bios.nps")} == {"bios.cppc": "manual", "bios.boost": "manual",
-                                                                         "bios.nps": "manual"}
+    assert {c: got[c] for c in ("bios.cppc", "bios.boost", "bios.nps")} == {"bios.cppc": "drift", "bios.boost": "drift",
+                                                                         "bios.nps": "drift"}
     assert "Processors_CPPC is Disabled, Enabled wanted" in run.finding(HOST, "bios.cppc")["message"]
     assert "Memory_NUMANodesperSocket is NPS4, NPS1 wanted" in run.finding(HOST, "bios.nps")["message"]
+    assert "fix writes Memory_NUMANodesperSocket=NPS1 for the next reset" in run.finding(HOST, "bios.nps")["message"]
     assert {got[c] for c in ("bios.smt", "bios.iommu", "bios.cstates", "bios.above4g", "bios.profile")} == {"pass"}
     # the Linux side names the firmware setting that causes it
     assert "bios.cppc" in run.finding(HOST, "cpu.driver")["message"]
@@ -88,5 +93,72 @@ def test_each_bmc_fault_is_one_error_naming_the_bmc_and_a_vaulted_password_works
     res = subprocess.run([__import__("sys").executable, "-m", "gpuhost.cli", "audit", "-i", str(tmp_path / "inv.yml"),
                           "--controls", "bios.cppc"], capture_output=True, text=True, env=env, timeout=300,
                          stdin=subprocess.DEVNULL, cwd=tmp_path)
-    assert "bios.cppc  manual" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "bios.cppc  drift" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
     assert SECRET not in res.stdout + res.stderr
+
+
+def writes(lab) -> list[str]:
+    return [line for line in bmc_log(lab) if not line.startswith("GET ")]
+
+
+def test_one_fix_writes_the_bios_once_and_one_reboot_applies_it_with_the_os_changes(make_lab):
+    lab = make_lab(SPECS / "pve-gpu1-bmc.yml")
+    boots = lab.status(HOST)["boots"]
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
+    assert run.report is not None and not run.report["hosts"][HOST].get("error"), run.stderr[-3000:]
+    # the three BIOS values in one request to the settings object, for the next reset
+    assert writes(lab) == ["PATCH /redfish/v1/Systems/1/Bios/Settings"]
+    assert lab.status(HOST)["boots"] == boots + 1, "exactly one reboot, for the BIOS and the OS together"
+    got = run.status(HOST)
+    assert {c: got[c] for c in ("bios.cppc", "bios.boost", "bios.nps", "cpu.driver", "cpu.boost", "iommu.mode",
+                                "kernel.version")} == dict.fromkeys(("bios.cppc", "bios.boost", "bios.nps", "cpu.driver",
+                                                                     "cpu.boost", "iommu.mode", "kernel.version"), "pass")
+    assert {"bios.cppc", "bios.boost", "bios.nps", "iommu.mode", "kernel.version"} <= run.changed(HOST)
+    # both sides: the BMC's current values, and Linux as the firmware now makes it
+    assert "Processors_CPPC=Enabled" in run.finding(HOST, "bios.cppc")["message"]
+    assert lab.out(HOST, "cat /sys/devices/system/cpu/cpufreq/policy0/scaling_driver") == "amd-pstate-epp"
+    assert lab.out(HOST, "ls -d /sys/devices/system/cpu/cpu0/acpi_cppc") == "/sys/devices/system/cpu/cpu0/acpi_cppc"
+    assert lab.out(HOST, "ls -d /sys/devices/system/node/node[0-9]*").split() == ["/sys/devices/system/node/node0",
+                                                                                "/sys/devices/system/node/node1"]
+    assert "iommu=pt" in lab.out(HOST, "cat /proc/cmdline")
+    assert lab.out(HOST, "cat /proc/sys/kernel/osrelease") == "6.14.11-4-pve"
+    # a second fix writes nothing to the BMC and reboots nothing; what it may still change is
+    # the container's CPU set, which only the new NUMA layout made fixable (lxc.cpuset)
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
+    assert again.report is not None, again.stderr[-2000:]
+    assert writes(lab) == ["PATCH /redfish/v1/Systems/1/Bios/Settings"] and lab.status(HOST)["boots"] == boots + 1
+    assert again.changed(HOST) <= {"lxc.cpuset"}, again.changed(HOST)
+    assert not [c for c, s in again.status(HOST).items() if c.startswith("bios.") and s not in ("pass", "na")]
+    texts = [run.stdout, run.stderr, again.stdout, again.stderr]
+    texts += [p.read_text(errors="replace") for p in lab.dir.rglob("*.log")]
+    assert not [t for t in texts if SECRET in t]
+
+
+def test_a_value_the_firmware_ignores_or_a_renamed_attribute_is_named_and_never_a_second_reboot(make_lab, tmp_path):
+    spec = yaml.safe_load((SPECS / "pve-gpu1-bmc.yml").read_text())
+    # the firmware keeps boost's pending value, and a firmware update at the reset renames
+    # CPPC's attribute (its pending value gone with the old name)
+    spec["bmc"]["ignores"] = ["Processors_CorePerformanceBoost"]
+    spec["bmc"]["renames_at_reset"] = {"Processors_CPPC": "Processors_CPPCControl"}
+    path = tmp_path / "pve-gpu1-bmc.yml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    lab = make_lab(path)
+    boots = lab.status(HOST)["boots"]
+    only = "bios.cppc,bios.boost,bios.nps,cpu.driver"
+    run = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed", "--controls", only)
+    assert run.report is not None, run.stderr[-2000:]
+    assert writes(lab) == ["PATCH /redfish/v1/Systems/1/Bios/Settings"] and lab.status(HOST)["boots"] == boots + 1
+    got = run.status(HOST)
+    assert got["bios.nps"] == "pass"
+    boost = run.finding(HOST, "bios.boost")
+    assert boost["status"] == "manual" and "that boot did not apply it: a second reboot will not help" in boost["message"]
+    assert "BMC 127.0.1." in boost["message"] and "configuration jobs" in boost["message"], boost
+    cppc = run.finding(HOST, "bios.cppc")
+    assert cppc["status"] == "manual" and "renamed by a firmware update?" in cppc["message"], cppc
+    assert "Linux sees CPPC off" in cppc["message"] and "BMC 127.0.1." in cppc["message"]
+    assert "did not come back healthy after the reboot" in run.report["hosts"][HOST]["error"]
+    # the next fix: nothing written, no reboot for what the firmware did not apply
+    again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed", "--controls", only)
+    assert again.report is not None, again.stderr[-2000:]
+    assert again.status(HOST)["bios.boost"] == "manual" and again.status(HOST)["bios.cppc"] == "manual"
+    assert writes(lab) == ["PATCH /redfish/v1/Systems/1/Bios/Settings"] and lab.status(HOST)["boots"] == boots + 1
