@@ -41,6 +41,19 @@ def test_the_audit_finds_cppc_boost_and_nps4_from_the_bmc_sends_no_write_and_nev
     # every report form names the BMC the finding came from
     for form, path in reports.items():
         assert "127.0.1." in path.read_text() or form == "prom", form
+    # Ansible's check mode through the bios role: the write it would make, said with its
+    # diff, and still GETs only
+    import sys
+    from pathlib import Path
+
+    from conftest import ROOT
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")} | {"ANSIBLE_NOCOLOR": "1"}
+    check = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), "--limit", HOST,
+                            "playbooks/site.yml", "--check", "--diff", "--tags", "bios.cppc,bios.nps"],
+                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert "+Memory_NUMANodesperSocket=NPS1" in check.stdout and "+Processors_CPPC=Enabled" in check.stdout, check.stdout[-3000:]
+    assert "Processors_CorePerformanceBoost" not in check.stdout.split("Write the staged BIOS values in one request")[-1]
     # what the BMC saw: GETs, nothing else
     seen = bmc_log(lab)
     assert seen and {line.split()[0] for line in seen} == {"GET"}, seen
