@@ -240,6 +240,8 @@ def _bmc(attrs: dict, vendor: str = "dell", **more) -> dict:
      "LogicalProc is Enabled, but Disabled is pending for the next reset"),
     (_bmc({"LogicalProc": "Disabled"}, **WRITABLE), {}, {}, "drift", "fix writes LogicalProc=Enabled for the next reset"),
     (_bmc({"LogicalProc": "Disabled"}, **WRITABLE), {}, {"bios_write": False}, "manual", "gpuhost_bios_write is off"),
+    (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "tls_verified": False}), {}, {}, "manual",
+     "gpuhost writes only over a verified connection"),
     (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "settings_object": None}), {}, {}, "manual",
      "names no settings object"),
     (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "registry": None}), {}, {}, "manual",

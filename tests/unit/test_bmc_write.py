@@ -93,6 +93,14 @@ def test_one_value_that_cannot_be_written_means_nothing_is_written(lab, staged, 
     assert PASSWORD not in str(err.value)
 
 
+def test_nothing_is_written_over_a_connection_whose_certificate_is_not_verified(lab):
+    server, _ = lab()
+    unverified = WritableBmc(server.address, "root", PASSWORD, verify=False, timeout=5)
+    with pytest.raises(RedfishError, match="only over a verified connection; nothing written"):
+        write_bios(unverified, None, STAGED)
+    assert server.methods == [], "not even a GET"
+
+
 def test_a_bios_without_a_settings_object_takes_no_write(lab):
     server, bmc = lab()
     del server.docs[server.bios_path]["@Redfish.Settings"]

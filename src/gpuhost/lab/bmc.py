@@ -118,6 +118,7 @@ class Redfish:
             self.docs[self.bios_path]["Attributes"] = kept["attributes"]
             self.docs[self.settings_path]["Attributes"] = kept["pending"]
             self.renames = kept.get("renames", self.renames)
+            self.docs.update(kept.get("jobs") or {})
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -270,7 +271,9 @@ class Redfish:
             tmp = self.state.with_suffix(".new")
             tmp.write_text(json.dumps({"attributes": self.docs[self.bios_path]["Attributes"],
                                        "pending": self.docs[self.settings_path]["Attributes"],
-                                       "renames": self.renames}, sort_keys=True))
+                                       "renames": self.renames,
+                                       "jobs": {p: d for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/")}},
+                                      sort_keys=True))
             tmp.replace(self.state)
 
     def close(self) -> None:

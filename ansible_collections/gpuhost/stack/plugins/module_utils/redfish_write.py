@@ -82,6 +82,9 @@ def write_bios(bmc, system_id, staged, check=False, wanted=()):
     in one PATCH, to apply at the next reset; in *check* mode only say what would be sent.
     Returns {"written": {attr: value}, "controls": {control: [attr]}, "skipped": [...],
     "apply_time": ..., "job": ..., "settings_object": ...}."""
+    if not bmc.verify:
+        raise RedfishError("%s: its certificate is not verified (gpuhost_bmc_validate_certs: false): gpuhost writes "
+                           "BIOS settings only over a verified connection; nothing written" % bmc.address)
     state = read_bios(bmc, system_id, tuple(wanted) + tuple(n for v in staged.values() for n in v))
     send, served, skipped = plan_write(state, staged)
     out = {"address": bmc.address, "written": send, "controls": served, "skipped": skipped,
@@ -104,7 +107,7 @@ def write_bios(bmc, system_id, staged, check=False, wanted=()):
     if "OnReset" in (state.get("apply_times") or []):
         body["@Redfish.SettingsApplyTime"] = {"ApplyTime": "OnReset"}
         out["apply_time"] = "OnReset"
-    _, headers = bmc.patch(path, body, etag=etag)
+    headers = bmc.patch(path, body, etag=etag)[1]
     if state.get("vendor") == "dell":
         if out["apply_time"]:
             # iDRAC makes the configuration job itself and names it (Location), as Dell's

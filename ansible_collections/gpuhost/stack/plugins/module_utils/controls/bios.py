@@ -209,6 +209,10 @@ def unwritable(bmc: dict, name: str) -> str | None:
     """Why gpuhost must not write *name* through this BMC, or None: it writes only to a settings
     object the Bios resource names (DSP0266: values for the next reset), only what the firmware's
     own registry lists as writable (its offered values were checked before)."""
+    if not bmc.get("tls_verified", True):
+        # the audit may read through an unverified certificate, named in every finding; a write
+        # (the credentials and the firmware's next settings) goes only where the BMC is proven
+        return "its certificate is not verified (gpuhost_bmc_validate_certs: false), and gpuhost writes only over a verified connection"
     if not bmc.get("settings_object"):
         return "its Bios resource names no settings object (@Redfish.Settings), so it takes no values for the next reset"
     if bmc.get("registry_error"):
