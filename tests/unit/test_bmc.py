@@ -124,7 +124,7 @@ def test_a_pending_value_and_the_registrys_offer_come_from_the_bmc(bmc_of, ca):
                                                    "ProcSMT": "Enabled"}, registry=registry))
     got = read_bios(Bmc(server.address, "root", PASSWORD, ca_file=str(ca[0])), None, WANTED_NAMES)
     assert got["pending"] == {"NumaMemoryDomainsPerSocket": "OneMemoryDomainPerSocket"}, "ProcSMT is already Enabled"
-    assert got["registry"]["ProcSMT"] == {"values": ["Enabled"], "read_only": False, "type": "Enumeration"}
+    assert got["registry"]["ProcSMT"] == {"values": ["Enabled"], "display": [], "read_only": False, "type": "Enumeration"}
     f = judge(got)
     assert f["bios.nps"]["status"] == "pending_reboot" and f["bios.nps"]["reboot_required"]
     assert f["bios.smt"]["status"] == "pass"
@@ -143,7 +143,7 @@ def test_a_registry_listed_under_another_version_is_found_by_its_name(bmc_of, ca
     docs["/redfish/v1/Registries"] = {"Members": [{"@odata.id": new}]}
     server = bmc_of(docs)
     got = read_bios(Bmc(server.address, "root", PASSWORD, ca_file=str(ca[0])), None, WANTED_NAMES)
-    assert got["registry"] == {"LogicalProc": {"values": ["Enabled", "Disabled"], "read_only": False, "type": None}}
+    assert got["registry"] == {"LogicalProc": {"values": ["Enabled", "Disabled"], "display": [], "read_only": False, "type": None}}
 
 
 # ---- faults: each one line naming the BMC, never the password, never a write ------------------------

@@ -4,6 +4,7 @@ test counts what the BMC saw: one PATCH at most, none when anything is wrong or 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +166,71 @@ def test_a_dell_schedules_its_configuration_job_and_takes_no_second_set_while_it
     assert (now["LogicalProc"] == "Enabled") is applied
     assert read_bios(bmc)["pending"] == ({} if applied else {"LogicalProc": "Enabled"})
     assert server.docs[out["job"]]["JobState"] == ("Completed" if applied else "Scheduled")
+
+
+# ---- real BMCs' Bios resources with their own attribute registries (tests/real_data/bmc,
+# tests/real_data/SOURCES.md): what the firmware offers decides what a fix may write --------------
+DATA = Path(__file__).resolve().parents[1] / "real_data" / "bmc"
+
+
+def real(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+@pytest.mark.parametrize("bios, registry, vendor, control, status, says, write", [
+    # HPE DL385 Gen10 Plus v2 (A42 v2.60): NumaMemoryDomainsPerSocket is Auto; the registry
+    # offers OneMemoryDomainPerSocket, writable
+    ("hpe-dl385gen10plusv2-ilo5-bios.json", "hpe-dl385gen10plusv2-registry.json", "HPE", "bios.nps", "drift",
+     "fix writes NumaMemoryDomainsPerSocket=OneMemoryDomainPerSocket", {"NumaMemoryDomainsPerSocket": "OneMemoryDomainPerSocket"}),
+    # Lenovo SR670 V2 (XCC 2.83): the 64-bit resource allocation is Auto, Enabled offered
+    ("lenovo-sr670v2-xcc-bios.json", "lenovo-sr670v2-registry.json", "Lenovo", "bios.above4g", "drift",
+     "fix writes DevicesandIOPorts_PCI64BitResourceAllocation=Enabled",
+     {"DevicesandIOPorts_PCI64BitResourceAllocation": "Enabled"}),
+    ("lenovo-sr670v2-xcc-bios.json", "lenovo-sr670v2-registry.json", "Lenovo", "bios.profile", "drift",
+     "fix writes OperatingModes_ChooseOperatingMode=MaximumPerformance",
+     {"OperatingModes_ChooseOperatingMode": "MaximumPerformance"}),
+    # Supermicro SYS-821GE-TNHR: SNC_F300 is Auto; its registry names the values 15, 0, 2, 4 and
+    # shows them as Auto, Disable, ...: the Bios resource's word is what is offered and written
+    ("smc-x13-sys821ge-tnhr-Bios.json", "supermicro-sys821ge-tnhr-registry.json", "Supermicro", "bios.nps", "drift",
+     "fix writes SNC_F300=Disable", {"SNC_F300": "Disable"}),
+    ("smc-x13-sys821ge-tnhr-Bios.json", "supermicro-sys821ge-tnhr-registry.json", "Supermicro", "bios.smt", "pass",
+     "Hyper_Threading_ALL__F27F=Enable", None),
+])
+def test_a_real_registry_decides_what_the_fix_may_write_and_the_bmc_takes_it(ca, bios, registry, vendor, control, status,
+                                                                            says, write):
+    from bmcserver import service
+    from ansible_collections.gpuhost.stack.plugins.module_utils import controls
+    from ansible_collections.gpuhost.stack.plugins.module_utils.controls.bios import WANTED_NAMES
+
+    doc = real(bios)
+    docs = service(doc, vendor, registry=real("registries/" + registry))
+    server = Redfish(docs, ca[1], ca[2], password=PASSWORD)
+    try:
+        bmc = WritableBmc(server.address, "root", PASSWORD, ca_file=str(ca[0]), timeout=5)
+        state = read_bios(bmc, None, WANTED_NAMES)
+        assert state["registry_error"] is None and state["registry"], state["registry_error"]
+        finding = controls.evaluate({"bmc": state}, {})[control]
+        assert finding["status"] == status and says in finding["message"] + str(finding["observed"]), finding
+        if write is None:
+            return
+        assert finding["fix"]["bios"]["attributes"] == write
+        out = write_bios(bmc, None, {control: write})
+        assert out["written"] == write and writes(server) == [("PATCH", "/redfish/v1/Systems/1/Bios/Settings")]
+        assert read_bios(bmc, None, WANTED_NAMES)["pending"] == write
+    finally:
+        server.close()
+
+
+def test_a_real_dell_registry_keeps_turbo_and_c_states_read_only_outside_the_custom_profile():
+    """Dell's R750 registry (BIOS 1.8.2) marks ProcTurboMode and ProcCStates read-only (its
+    Dependencies free them under SysProfile Custom): gpuhost does not write them."""
+    registry = real("registries/dell-r750-registry.json")
+    entries = {a["AttributeName"]: {"values": [v["ValueName"] for v in a["Value"]], "read_only": a["ReadOnly"]}
+               for a in registry["RegistryEntries"]["Attributes"]}
+    bmc = {"address": "bmc.example", "vendor": "dell", "attributes": {"ProcCStates": "Disabled", "LogicalProc": "Disabled"},
+           "pending": {}, "registry": entries, "registry_error": None, "tls_verified": True,
+           "settings_object": "/redfish/v1/Systems/System.Embedded.1/Bios/Settings"}
+    from ansible_collections.gpuhost.stack.plugins.module_utils import controls
+    found = controls.evaluate({"bmc": bmc}, {})
+    assert found["bios.cstates"]["status"] == "manual" and "its registry marks ProcCStates read-only" in found["bios.cstates"]["message"]
+    assert found["bios.smt"]["status"] == "drift" and found["bios.smt"]["fix"]["bios"]["attributes"] == {"LogicalProc": "Enabled"}

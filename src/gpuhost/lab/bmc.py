@@ -192,7 +192,9 @@ class Redfish:
         """attribute -> values offered, from the registry the BMC serves (None: it serves none)."""
         for path, doc in self.docs.items():
             if path.endswith("/registry.json") and isinstance(doc, dict):
-                return {a["AttributeName"]: [v.get("ValueName") for v in a.get("Value") or []]
+                # a value by its name or, as Supermicro's firmware takes it, by its displayed word
+                return {a["AttributeName"]: [n for v in a.get("Value") or []
+                                             for n in (v.get("ValueName"), v.get("ValueDisplayName")) if n]
                         for a in (doc.get("RegistryEntries") or {}).get("Attributes") or []}
         return None
 

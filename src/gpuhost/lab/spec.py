@@ -420,9 +420,10 @@ class BmcSpec(_Strict):
     faults: list[Literal["unreachable", "slow", "not_json", "huge", "wrong_certificate", "job_never_runs"]] = \
         Field(default_factory=list)
     # what the firmware's settings make of the host at each boot: attribute -> the value it
-    # runs with -> the spec's fields (dotted: firmware.cppc, cpu.numa_nodes) that value sets.
-    # The lab's own model of that firmware, never gpuhost's table.
-    effects: dict[str, dict[str, dict[str, int | bool | str]]] = Field(default_factory=dict)
+    # runs with -> the spec's fields (dotted, a list's item by its index: firmware.cppc,
+    # cpu.numa_nodes, cpu.cstates, pci.0.acs_ctrl) that value sets, each value as the field
+    # takes it. The lab's own model of that firmware, never gpuhost's table.
+    effects: dict[str, dict[str, dict[str, object]]] = Field(default_factory=dict)
     # faults of the firmware: pending values it does not apply at reset (they stay pending),
     # and attributes a firmware update renames at the next reset (their pending values gone)
     ignores: list[str] = Field(default_factory=list)
@@ -663,11 +664,17 @@ def with_firmware(spec: HostSpec, attributes: dict) -> HostSpec:
         for field, value in (by_value.get(str(attributes.get(name))) or {}).items():
             *parents, leaf = field.split(".")
             node = data
-            for part in parents:
-                node = node[part]
-            if leaf not in node:
-                raise SpecError(f"{spec.hostname}: bmc.effects.{name}: no field {field} in a host spec")
-            node[leaf] = value
+            try:
+                for part in parents:
+                    node = node[int(part)] if isinstance(node, list) else node[part]
+                if isinstance(node, list):
+                    node[int(leaf)] = value
+                elif leaf in node:
+                    node[leaf] = value
+                else:
+                    raise KeyError(leaf)
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise SpecError(f"{spec.hostname}: bmc.effects.{name}: no field {field} in a host spec") from None
     return HostSpec.model_validate(data)
 
 

@@ -229,6 +229,16 @@ def read_bios(bmc, system_id=None, wanted=()):
     return out
 
 
+def offers(entry, value):
+    """Whether a registry *entry* (read_registry's) offers *value*: by its ValueName, or by its
+    ValueDisplayName where the firmware's attributes hold the displayed word (Supermicro); an
+    entry that lists no values (a String or Integer attribute) offers anything."""
+    entry = entry or {}
+    if not entry.get("values"):
+        return True
+    return value in entry["values"] or value in (entry.get("display") or [])
+
+
 def match_attribute(attributes, name):
     """The attribute of *attributes* that *name* stands for: itself, or, on Supermicro, the
     name with the setup item's number its firmware adds (SMTControl#0037 on one board,
@@ -243,7 +253,8 @@ def match_attribute(attributes, name):
 
 def read_registry(bmc, root, name, wanted):
     """What the attribute registry *name* offers for the *wanted* attributes: {attribute:
-    {"values": [ValueName, ...], "read_only": bool, "type": ...}} (DSP0268 AttributeRegistry:
+    {"values": [ValueName, ...], "display": [ValueDisplayName, ...], "read_only": bool, "type": ...}}
+    (DSP0268 AttributeRegistry:
     RegistryEntries.Attributes). The registry is found by its name among /redfish/v1/Registries'
     members, the version left out where the exact one is not listed (Dell lists v1_0_0 for a
     Bios naming v1_0_3)."""
@@ -266,5 +277,9 @@ def read_registry(bmc, root, name, wanted):
         if isinstance(attr, dict) and attr.get("AttributeName") in wanted:
             found[attr["AttributeName"]] = {
                 "values": [v.get("ValueName") for v in attr.get("Value") or [] if isinstance(v, dict)],
+                # Supermicro's registry names its values by number ("0") and shows them by word
+                # ("Enable"), the word being what its Bios resource holds and its CurrentValue says
+                "display": [v.get("ValueDisplayName") for v in attr.get("Value") or []
+                            if isinstance(v, dict) and v.get("ValueDisplayName")],
                 "read_only": bool(attr.get("ReadOnly")), "type": attr.get("Type")}
     return found

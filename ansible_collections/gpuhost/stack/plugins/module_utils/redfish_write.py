@@ -21,7 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import (
-    Bmc, RedfishError, match_attribute, read_bios)
+    Bmc, RedfishError, match_attribute, offers, read_bios)
 
 DELL_JOBS = "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs"
 
@@ -63,7 +63,7 @@ def plan_write(state, staged):
                 raise RedfishError("%s: its attribute registry does not list %s: nothing written" % (address, found))
             if entry.get("read_only"):
                 raise RedfishError("%s: its registry marks %s read-only: nothing written" % (address, found))
-            if entry.get("values") and value not in entry["values"]:
+            if not offers(entry, value):
                 raise RedfishError("%s: its registry offers %s for %s, not %s: nothing written" % (
                     address, ", ".join(map(str, entry["values"])), found, value))
             if asked.setdefault(found, value) != value:

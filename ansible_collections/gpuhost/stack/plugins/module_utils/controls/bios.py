@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import BiosSet, fix_of
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Finding, Host, Param, error, na
-from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import match_attribute
+from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import match_attribute, offers
 
 KEEP = "keep"
 
@@ -185,8 +185,9 @@ def judge_setting(h: Host, control, setting: str, what: str, linux=None) -> Find
     observed = f"{name}={current}" + (f" (pending {pending})" if pending is not None else "") + f" [{where}]"
     if wanted is None:
         return na(cid, f"gpuhost knows no {family} spelling of {what} {want} ({name}, {spec.source})")
-    offered = ((bmc.get("registry") or {}).get(name) or {}).get("values")
-    if offered and wanted not in offered:
+    entry = (bmc.get("registry") or {}).get(name) or {}
+    offered = entry.get("display") if current in (entry.get("display") or []) else entry.get("values")
+    if not offers(entry, wanted):
         return Finding(cid, "manual", observed, f"{name}={wanted}",
                        f"the firmware offers {', '.join(map(str, offered))} for {name}, not {wanted} ({where})")
     if current == wanted:
