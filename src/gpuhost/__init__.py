@@ -10,7 +10,7 @@ so the CLI, the playbooks' plugins and the tests judge a host with one code.
 import sys
 from pathlib import Path
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 _HERE = Path(__file__).resolve().parent
 # the directory that holds ansible_collections/: site-packages for the wheel, the checkout's top
