@@ -145,15 +145,15 @@ def role_controls(role: str, registry: Registry) -> str:
     """The role's controls, one task file and one tag each: what site.yml's fix_all imports (it
     judged the host already and asks for the reboot once, at its end), and the role alone too."""
     out = ["---", f"# {role}: one task file and one tag per control; each acts on its finding.", f"# {MARK}"]
-    ids = [c.id for c in registry.catalog if c.role == role]
-    for cid in ids:
+    for cid in [c.id for c in registry.catalog if c.role == role]:
         out += [f"- name: Control | {cid}", f"  ansible.builtin.import_tasks: {module_name(cid)}.yml",
                 f"  tags: [{cid}, {role}]", ""]
     if role in ROLE_AFTER:
         tasks, title = ROLE_AFTER[role]
-        # tagged with every control's tag: `--tags bios.cppc` writes what that control staged
+        # always: `--tags bios.cppc` writes what that control staged, `--skip-tags bios.nps`
+        # what the others did; nothing staged, nothing is written
         out += [f"- name: {title} | {role}", f"  ansible.builtin.import_tasks: {tasks}",
-                f"  tags: [{', '.join(ids)}, {role}]", ""]
+                "  tags: [always]", ""]
     return "\n".join(out[:-1]) + "\n"
 
 

@@ -169,6 +169,7 @@ def test_a_value_the_firmware_ignores_or_a_renamed_attribute_is_named_and_never_
     assert "BMC 127.0.1." in boost["message"] and "configuration jobs" in boost["message"], boost
     cppc = run.finding(HOST, "bios.cppc")
     assert cppc["status"] == "manual" and "renamed by a firmware update?" in cppc["message"], cppc
+    assert "no longer has the attribute gpuhost wrote (Processors_CPPC=Enabled) before its reboot" in cppc["message"]
     assert "Linux sees CPPC off" in cppc["message"] and "BMC 127.0.1." in cppc["message"]
     assert "did not come back healthy after the reboot" in run.report["hosts"][HOST]["error"]
     # the next fix: nothing written, no reboot for what the firmware did not apply

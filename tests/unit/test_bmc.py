@@ -217,6 +217,10 @@ def test_a_bmc_address_that_is_not_one_is_refused_before_any_request(address):
         Bmc(address, "root", PASSWORD)
 
 
+# the record of gpuhost's reboot for bios.smt's pending LogicalProc=Enabled, and the boot it brought up
+REBOOTED_FOR_SMT = {"boot": {"boot_id": "boot-2", "boot_time": 1_800_000_030, "last_reboot": {
+    "boot_id": "boot-1", "epoch": 1_800_000_000, "time": "2026-12-07T08:00:00Z",
+    "findings": {"bios.smt": json.dumps(["bios.smt", "LogicalProc=Enabled", "LogicalProc=Enabled is pending"])}}}}
 WRITABLE = {"settings_object": "/redfish/v1/Systems/1/Bios/Settings",
             "registry": {"LogicalProc": {"values": ["Enabled", "Disabled"], "read_only": False}}}
 
@@ -236,8 +240,9 @@ def _bmc(attrs: dict, vendor: str = "dell", **more) -> dict:
      "the firmware offers Disabled for LogicalProc, not Enabled"),
     (_bmc({"LogicalProc": "Disabled"}, pending={"LogicalProc": "Enabled"}), {}, {}, "pending_reboot",
      "LogicalProc=Enabled is pending: the next reset applies it"),
-    (_bmc({"LogicalProc": "Enabled"}, pending={"LogicalProc": "Disabled"}, **WRITABLE), {}, {}, "drift",
-     "LogicalProc is Enabled, but Disabled is pending for the next reset"),
+    (_bmc({"ProcSMT": "Enabled"}, vendor="hpe", pending={"ProcSMT": "Disabled"},
+          **{**WRITABLE, "registry": {"ProcSMT": {"values": ["Enabled", "Disabled"], "read_only": False}}}), {}, {}, "drift",
+     "ProcSMT is Enabled, but Disabled is pending for the next reset"),
     (_bmc({"LogicalProc": "Disabled"}, **WRITABLE), {}, {}, "drift", "fix writes LogicalProc=Enabled for the next reset"),
     (_bmc({"LogicalProc": "Disabled"}, **WRITABLE), {}, {"bios_write": False}, "manual", "gpuhost_bios_write is off"),
     (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "tls_verified": False}), {}, {}, "manual",
@@ -253,8 +258,20 @@ def _bmc(attrs: dict, vendor: str = "dell", **more) -> dict:
     (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "registry": {"LogicalProc": {"values": ["Enabled", "Disabled"],
                                                                                     "read_only": True}}}), {}, {},
      "manual", "its registry marks LogicalProc read-only"),
-    (_bmc({"Other": "Enabled"}), {"cpu": {"smt_control": "notsupported"}}, {}, "manual",
-     "Linux sees SMT off (smt/control notsupported), on wanted, and the firmware (BMC bmc.example) has no SMT attribute"),
+    # no attribute and Linux shows SMT off: n/a where gpuhost never wrote it (a CPU without SMT
+    # reads the same), manual where it wrote it and rebooted for it (renamed by a firmware update)
+    (_bmc({"Other": "Enabled"}), {"cpu": {"smt_control": "notsupported"}}, {}, "na", "has no SMT attribute"),
+    (_bmc({"Other": "Enabled"}), {"cpu": {"smt_control": "notsupported"}, **REBOOTED_FOR_SMT}, {}, "manual",
+     "no longer has the attribute gpuhost wrote (LogicalProc=Enabled) before its reboot"),
+    # written, rebooted for, not applied: never written again
+    (_bmc({"LogicalProc": "Disabled"}, **WRITABLE), REBOOTED_FOR_SMT, {}, "manual",
+     "gpuhost wrote LogicalProc=Enabled before its reboot at 2026-12-07T08:00:00Z and the firmware did not apply it"),
+    # an iDRAC with values waiting for their job takes no new set (SYS011)
+    (_bmc({"LogicalProc": "Disabled", "ProcTurboMode": "Enabled"}, pending={"ProcTurboMode": "Disabled"}, **WRITABLE), {}, {},
+     "manual", "an iDRAC takes no new values while a configuration job waits"),
+    # an AMI settings object that answers no GET: what is pending cannot be read back
+    (_bmc({"LogicalProc": "Disabled"}, **{**WRITABLE, "pending_unknown": True}), {}, {}, "manual",
+     "answers no GET, so what is pending cannot be read back"),
     (_bmc({"LogicalProc": "Enabled"}), {"cpu": {"smt_control": "notsupported"}}, {}, "manual",
      "the BMC says LogicalProc=Enabled, but Linux sees SMT off (smt/control notsupported)"),
     (_bmc({"LogicalProc": "Enabled"}), {"cpu": {"smt_control": "off"}}, {}, "pass", "SMT is on"),

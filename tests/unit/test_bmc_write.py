@@ -48,6 +48,7 @@ def writes(server) -> list:
 
 def test_the_staged_values_are_written_in_one_patch_and_read_back_pending(lab):
     server, bmc = lab()
+    read_etag = read_bios(WritableBmc(server.address, "root", PASSWORD, verify=False))["settings_etag"]
     out = write_bios(bmc, None, STAGED)
     assert out["written"] == {"Processors_CPPC": "Enabled", "Processors_CorePerformanceBoost": "Enabled",
                               "Memory_NUMANodesperSocket": "NPS1"}
@@ -55,6 +56,9 @@ def test_the_staged_values_are_written_in_one_patch_and_read_back_pending(lab):
                                "bios.nps": ["Memory_NUMANodesperSocket"]}
     assert out["apply_time"] == "OnReset"
     assert writes(server) == [("PATCH", "/redfish/v1/Systems/1/Bios/Settings")]
+    # If-Match: the settings object's ETag as the write's own read saw it (an XCC answers 428
+    # without one, and 412 to one that no longer matches)
+    assert server.preconditions == [read_etag] and read_etag.startswith('W/"')
     state = read_bios(Bmc(server.address, "root", PASSWORD, verify=False))
     assert state["pending"] == out["written"] and state["attributes"] == ATTRS, "pending for the next reset, not current"
 
@@ -110,6 +114,56 @@ def test_a_bios_without_a_settings_object_takes_no_write(lab):
     assert writes(server) == []
 
 
+def test_a_change_made_after_the_write_read_the_bios_fails_the_patch_and_nothing_is_overwritten(lab, monkeypatch):
+    """The PATCH carries the ETag of the read the write was planned on: another client's value
+    pending in between makes the BMC refuse it (412), and that value stays."""
+    server, bmc = lab()
+    import ansible_collections.gpuhost.stack.plugins.module_utils.redfish_write as rw
+    real_plan = rw.plan_write
+
+    def plan_then_someone_else_writes(state, staged):
+        planned = real_plan(state, staged)
+        other = WritableBmc(server.address, "root", PASSWORD, verify=False)
+        other.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Processors_CPPC": "Disabled",
+                                                                           "Memory_NUMANodesperSocket": "NPS2"}}, etag="*")
+        return planned
+    monkeypatch.setattr(rw, "plan_write", plan_then_someone_else_writes)
+    with pytest.raises(RedfishError, match="HTTP 412: Base.1.0.PreconditionFailed"):
+        write_bios(bmc, None, STAGED)
+    assert read_bios(bmc)["pending"] == {"Memory_NUMANodesperSocket": "NPS2"}
+
+
+def test_an_ami_settings_object_that_answers_no_get_is_read_as_unknown_and_not_written(lab):
+    server, bmc = lab(vendor="AMI")
+    del server.docs[server.settings_path]
+    state = read_bios(bmc)
+    assert state["pending_unknown"] is True and state["pending"] == {}
+    with pytest.raises(RedfishError, match="answers no GET, so what is pending cannot be read back: nothing written"):
+        write_bios(bmc, None, STAGED)
+    assert writes(server) == []
+
+
+def test_a_redirect_is_an_error_never_followed_with_the_credentials(lab):
+    server, bmc = lab()
+    server.docs["/redfish/v1/"] = None      # answered below as a redirect
+    import http.server
+    handler = server.server.RequestHandlerClass
+    original = handler._any
+
+    def redirect(self):
+        if self.path == "/redfish/v1/":
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.1.254:1/steal")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        original(self)
+    handler.do_GET = redirect
+    with pytest.raises(RedfishError, match="GET /redfish/v1/ answered HTTP 302"):
+        read_bios(bmc)
+    assert http.server
+
+
 def test_a_stale_etag_is_refused_by_the_bmc_and_named(lab):
     server, bmc = lab()
     with pytest.raises(RedfishError, match=r"PATCH /redfish/v1/Systems/1/Bios/Settings answered HTTP 412: "
@@ -120,10 +174,12 @@ def test_a_stale_etag_is_refused_by_the_bmc_and_named(lab):
 
 def test_the_lab_bmc_refuses_what_its_firmware_does_not_have(lab):
     server, bmc = lab()
+    with pytest.raises(RedfishError, match="HTTP 428: Base.1.0.PreconditionRequired"):
+        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Processors_CPPC": "Enabled"}})
     with pytest.raises(RedfishError, match="HTTP 400: Base.1.0.PropertyUnknown"):
-        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Nope": "Enabled"}})
+        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Nope": "Enabled"}}, etag="*")
     with pytest.raises(RedfishError, match="HTTP 400: Base.1.0.PropertyValueNotInList"):
-        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Processors_CPPC": "Maybe"}})
+        bmc.patch("/redfish/v1/Systems/1/Bios/Settings", {"Attributes": {"Processors_CPPC": "Maybe"}}, etag="*")
     with pytest.raises(RedfishError, match="HTTP 405"):
         bmc.patch("/redfish/v1/Systems/1/Bios", {"Attributes": {"Processors_CPPC": "Enabled"}})
 

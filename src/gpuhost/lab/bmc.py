@@ -103,6 +103,7 @@ class Redfish:
                  password: str = "", log: Path | None = None, faults: tuple = (), state: Path | None = None,
                  ignores: tuple = (), renames: dict | None = None):
         self.docs, self.methods, self.lock = dict(docs), [], threading.Lock()
+        self.preconditions: list = []       # each PATCH's If-Match (None: none sent)
         self.delay = SLOW_S if "slow" in faults else 0.0
         self.faults, self.log = tuple(faults), log
         self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -183,8 +184,10 @@ class Redfish:
         self.thread.start()
 
     # ---- the firmware's side ------------------------------------------------------------
-    def etag(self) -> str:
+    def etag(self) -> str | None:
         """The settings object's ETag: a digest of what is pending (caller holds the lock)."""
+        if not isinstance(self.docs.get(self.settings_path), dict):
+            return None
         pending = json.dumps(self.docs[self.settings_path].get("Attributes") or {}, sort_keys=True).encode()
         return 'W/"%s"' % hashlib.sha256(pending).hexdigest()[:16]
 
@@ -211,6 +214,11 @@ class Redfish:
             return 400, _error("Base.1.0.PropertyMissing", "The property Attributes is a required property."), None
         offered = self.registry()
         with self.lock:
+            self.preconditions.append(if_match)
+            if not if_match and self.vendor in ("Lenovo", "AMI"):
+                # XCC and MegaRAC (from RTP 1.5) take no PATCH without a precondition
+                return 428, _error("Base.1.0.PreconditionRequired", "A precondition header or annotation is required "
+                                                                    "to change this resource."), None
             if if_match and if_match not in ("*", self.etag()):
                 return 412, _error("Base.1.0.PreconditionFailed", "The ETag supplied did not match the current ETag."), None
             waiting = [p for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/") and d.get("JobState") == "Scheduled"]

@@ -654,6 +654,13 @@ def parse_spec(data: object, source: str) -> AnySpec:
     return spec
 
 
+def _index(part: str) -> int:
+    """A list's item in an effect's field: its position, from 0."""
+    if not part.isdigit():
+        raise ValueError(part)
+    return int(part)
+
+
 def with_firmware(spec: HostSpec, attributes: dict) -> HostSpec:
     """The host as its firmware makes it at boot: *spec* with the fields that its BMC's
     *attributes* (the values it runs with) set, by the spec's bmc.effects."""
@@ -666,9 +673,9 @@ def with_firmware(spec: HostSpec, attributes: dict) -> HostSpec:
             node = data
             try:
                 for part in parents:
-                    node = node[int(part)] if isinstance(node, list) else node[part]
+                    node = node[_index(part)] if isinstance(node, list) else node[part]
                 if isinstance(node, list):
-                    node[int(leaf)] = value
+                    node[_index(leaf)] = value
                 elif leaf in node:
                     node[leaf] = value
                 else:

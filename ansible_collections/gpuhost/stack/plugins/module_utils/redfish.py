@@ -44,14 +44,21 @@ class Bmc:
         token = base64.b64encode(("%s:%s" % (username or "", password or "")).encode("utf-8")).decode("ascii")
         self._auth = "Basic " + token
         import ssl
-        from urllib.request import HTTPSHandler, build_opener
+        from urllib.request import HTTPRedirectHandler, HTTPSHandler, build_opener
+
+        class NoRedirect(HTTPRedirectHandler):
+            """A BMC's answer is its own: a redirect (to http://, to another host) would carry
+            the Authorization header there, so it is an error, never followed."""
+
+            def redirect_request(self, req, fp, code, msg, headers, newurl):
+                return None
         if verify:
             context = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
         else:
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        self._opener = build_opener(HTTPSHandler(context=context))
+        self._opener = build_opener(HTTPSHandler(context=context), NoRedirect())
 
     def get(self, path, limit=MAX_DOCUMENT):
         """The JSON document at *path* (a Redfish URI), never more than *limit* bytes; its ETag
@@ -197,18 +204,19 @@ def read_bios(bmc, system_id=None, wanted=()):
         raise RedfishError("%s: its Bios resource holds no Attributes" % bmc.address)
     settings = bios.get("@Redfish.Settings") or {}
     settings_path = _link(settings, "SettingsObject")
-    pending = {}
+    pending, pending_unknown, settings_etag = {}, False, None
     if settings_path and settings_path.rstrip("/") != bios_path.rstrip("/"):
         # the settings object holds only what is pending, or everything (some BMCs): the
         # values that differ from the current ones are what the next reset changes
         try:
             staged = bmc.get(settings_path).get("Attributes") or {}
+            settings_etag = bmc.last_etag
         except RedfishError as exc:
-            if "answered HTTP 404" not in str(exc) and "answered HTTP 405" not in str(exc):
+            if vendor_of(root, system) != "ami" or not re.search(r"answered HTTP 40[45]\b", str(exc)):
                 raise
             # some AMI firmware takes PATCH at its settings object and answers no GET there
-            # (DMTF/Redfish-Tacklebox#55): nothing can be known pending
-            staged = {}
+            # (DMTF/Redfish-Tacklebox#55): what is pending cannot be known
+            staged, pending_unknown = {}, True
         if not isinstance(staged, dict):
             raise RedfishError("%s: its settings object %s holds Attributes that are not a mapping" % (
                 bmc.address, settings_path))
@@ -217,6 +225,7 @@ def read_bios(bmc, system_id=None, wanted=()):
            "manufacturer": system.get("Manufacturer"), "model": system.get("Model"),
            "bios_version": system.get("BiosVersion"), "attributes": attributes, "pending": pending,
            "settings_object": settings_path, "apply_times": list(settings.get("SupportedApplyTimes") or []),
+           "settings_etag": settings_etag, "pending_unknown": pending_unknown,
            "registry_name": bios.get("AttributeRegistry"), "registry": None, "registry_error": None,
            "tls_verified": bmc.verify}
     names = {found for name in wanted for found in [match_attribute(attributes, name)] if found}

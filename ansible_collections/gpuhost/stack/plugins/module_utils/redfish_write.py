@@ -92,14 +92,15 @@ def write_bios(bmc, system_id, staged, check=False, wanted=()):
     if not send or check:
         return out
     path = state["settings_object"]
-    try:
-        bmc.get(path)
-        etag = bmc.last_etag
-    except RedfishError:
-        etag = None         # an AMI settings object that answers no GET (read_bios said so)
+    if state.get("pending_unknown"):
+        raise RedfishError("%s: its settings object %s answers no GET, so what is pending cannot be read back: "
+                           "nothing written" % (bmc.address, path))
+    # the ETag of the settings object as read_bios read it, the state this write was planned on:
+    # a change made since then fails the PATCH (412) instead of being overwritten
+    etag = state.get("settings_etag")
     if not etag and state.get("vendor") in ("lenovo", "ami"):
         # these answer 428 to a PATCH without a precondition (Lenovo's own set_bios_attribute.py
-        # and AMI's RTP 1.5 send If-Match: *), and give no ETag to send here
+        # and AMI's RTP 1.5 send If-Match: *) and gave no ETag to send
         etag = "*"
     body = {"Attributes": send}
     # DSP0266: OnReset asked for where the service lists it; without SupportedApplyTimes a
@@ -124,10 +125,9 @@ def write_bios(bmc, system_id, staged, check=False, wanted=()):
     # read back: exactly what is pending now, whatever the PATCH's answer said
     try:
         staged_now = bmc.get(path).get("Attributes") or {}
-    except RedfishError:
-        if etag == "*" and state.get("vendor") == "ami":
-            return out      # an AMI settings object that answers no GET: the PATCH's 2xx is all it says
-        raise
+    except RedfishError as exc:
+        raise RedfishError("%s: the PATCH to %s was accepted (%s), but what is pending now could not be read back: %s" % (
+            bmc.address, path, _names(send), str(exc)[len(bmc.address) + 2:]))
     missing = sorted(k for k, v in send.items() if staged_now.get(k) != v)
     if missing:
         took = sorted(set(send) - set(missing))

@@ -9,9 +9,11 @@ whose registry does not offer the value is manual, naming what it offers.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import BiosSet, fix_of
+from ansible_collections.gpuhost.stack.plugins.module_utils.controls.gates import rebooted_by_gpuhost
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Finding, Host, Param, error, na
 from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import match_attribute, offers
 
@@ -173,12 +175,16 @@ def judge_setting(h: Host, control, setting: str, what: str, linux=None) -> Find
     if spec is None:
         names = ", ".join(n for a in TABLE[setting][family] for n in a.names)
         seen = linux(h) if linux else None
-        if seen is not None and seen[0] != want:
-            # an attribute a firmware update renamed, or one gpuhost does not know yet: Linux
-            # still shows the setting is not what is wanted, which is no n/a
+        before = written_before(h, cid)
+        if before and seen is not None and seen[0] != want:
+            # gpuhost wrote it and rebooted for it, and now the firmware has no such attribute
+            # while Linux shows the setting still not as wanted: a firmware update renamed it
+            # (never said of a host gpuhost did not write: a setting Linux shows off may not
+            # exist on that CPU at all)
             return Finding(cid, "manual", f"{what} {seen[0]} ({seen[1]}) [{where}]", f"{what} {want}",
-                           f"Linux sees {what} {seen[0]} ({seen[1]}), {want} wanted, and the firmware ({where}) has no "
-                           f"{what} attribute gpuhost knows ({names}; renamed by a firmware update?): set it in the BIOS setup")
+                           f"Linux sees {what} {seen[0]} ({seen[1]}), {want} wanted, and the firmware ({where}) no "
+                           f"longer has the attribute gpuhost wrote ({before}) before its reboot, nor another it knows "
+                           f"({names}): renamed by a firmware update? Set it in the BIOS setup")
         return na(cid, f"the firmware ({where}) has no {what} attribute ({names})")
     current, pending = attributes.get(name), (bmc.get("pending") or {}).get(name)
     wanted = spec.values.get(want)
@@ -206,6 +212,21 @@ def judge_setting(h: Host, control, setting: str, what: str, linux=None) -> Find
     return _write(h, cid, bmc, name, wanted, observed, where, f"{name} is {current}, {wanted} wanted")
 
 
+def written_before(h: Host, cid: str) -> str | None:
+    """The BIOS value (ATTRIBUTE=VALUE) gpuhost's last reboot was for, by this control, where
+    the running boot is the one that reboot brought up; None otherwise. From the record the
+    reboot play writes (/var/lib/gpuhost/last-reboot.json, gates.reboot_record)."""
+    last = h.boot.get("last_reboot") or {}
+    sig = (last.get("findings") or {}).get(cid)
+    if not sig or not rebooted_by_gpuhost(h, last):
+        return None
+    try:
+        expected = json.loads(sig)[1]
+    except (ValueError, TypeError, IndexError):
+        return None
+    return str(expected) if expected else None
+
+
 def unwritable(bmc: dict, name: str) -> str | None:
     """Why gpuhost must not write *name* through this BMC, or None: it writes only to a settings
     object the Bios resource names (DSP0266: values for the next reset), only what the firmware's
@@ -214,6 +235,12 @@ def unwritable(bmc: dict, name: str) -> str | None:
         # the audit may read through an unverified certificate, named in every finding; a write
         # (the credentials and the firmware's next settings) goes only where the BMC is proven
         return "its certificate is not verified (gpuhost_bmc_validate_certs: false), and gpuhost writes only over a verified connection"
+    if bmc.get("pending_unknown"):
+        return "its settings object answers no GET, so what is pending cannot be read back"
+    if bmc.get("vendor") == "dell" and bmc.get("pending"):
+        # iDRAC refuses a new set while a configuration job waits for the last (SYS011)
+        return (f"{', '.join(sorted(bmc['pending']))} already wait for the next reset; an iDRAC takes no new values "
+                "while a configuration job waits: reboot to apply them, or delete the job, then run gpuhost again")
     if not bmc.get("settings_object"):
         return "its Bios resource names no settings object (@Redfish.Settings), so it takes no values for the next reset"
     if bmc.get("registry_error"):
@@ -232,6 +259,12 @@ def _write(h: Host, cid: str, bmc: dict, name: str, wanted: str, observed: str, 
     """A wrong value (current, or pending for the next reset): drift that fix writes for the next
     reset, where the BMC and the inventory allow it; else manual, saying why."""
     why = None if h.s.get("bios_write", True) else "gpuhost_bios_write is off"
+    before = written_before(h, cid)
+    if before == f"{name}={wanted}":
+        # written once, rebooted for, and not applied (a dependency such as a profile that sets
+        # it, a value the firmware refuses): writing it again would only repeat that
+        why = why or (f"gpuhost wrote {before} before its reboot at {(h.boot.get('last_reboot') or {}).get('time', '?')} "
+                      "and the firmware did not apply it; it is not written again")
     why = why or unwritable(bmc, name)
     if why:
         return Finding(cid, "manual", observed, f"{name}={wanted}",

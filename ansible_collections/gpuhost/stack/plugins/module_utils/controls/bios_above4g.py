@@ -16,7 +16,7 @@ CONTROL = Control(
     passes=("the BMC's above-4G attribute at `gpuhost_bios_above4g` (on)"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc",),
+    facts=("bmc", "boot"),
     params=(param("above4g", "on", ('on', 'off'), "above 4G decoding",
                   'AMD Instinct System Acceptance, BIOS Settings: Above 4G decoding Enabled (GPU large BAR support)'),),
 )

@@ -16,7 +16,7 @@ CONTROL = Control(
     passes=("left as it is by default; otherwise the BMC's ACS attribute at `gpuhost_bios_acs`"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc",),
+    facts=("bmc", "boot"),
     params=(param("acs", "keep", ('on', 'off'), "PCIe ACS",
                   'off helps GPUDirect P2P on bare metal (NCCL troubleshooting: PCI Access Control Services), on is needed where VMs get '
                   'devices: the host decides'),),

@@ -17,7 +17,7 @@ CONTROL = Control(
     passes=("the BMC's boost attribute at `gpuhost_bios_boost` (on) and the cpufreq driver offering a boost switch"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc", "cpufreq"),
+    facts=("bmc", "boot", "cpufreq"),
     params=(param("boost", "on", ('on', 'off'), "core performance boost",
                   'Documentation/admin-guide/pm/cpufreq.rst (Frequency Boost Support): boost off in the firmware leaves the driver no switch'),),
 )

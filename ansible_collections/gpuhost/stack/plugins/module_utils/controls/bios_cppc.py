@@ -17,7 +17,7 @@ CONTROL = Control(
     passes=("the BMC's CPPC attribute at `gpuhost_bios_cppc` (on) and `cpu0/acpi_cppc` in sysfs agreeing"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc", "cpu"),
+    facts=("bmc", "boot", "cpu"),
     params=(param("cppc", "on", ('on', 'off'), "CPPC",
                   "Documentation/admin-guide/pm/amd-pstate.rst: amd-pstate does not load without the firmware's _CPC"),),
 )

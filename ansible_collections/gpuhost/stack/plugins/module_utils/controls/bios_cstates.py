@@ -17,7 +17,7 @@ CONTROL = Control(
     passes=("the BMC's global C-state attribute at `gpuhost_bios_cstates` (on)"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc",),
+    facts=("bmc", "boot"),
     params=(param("cstates", "on", ('on', 'off'), "global C-states",
                   'AMD Instinct System Acceptance, BIOS Settings: Global C-state control Auto, not to be disabled (cpu.cstates disables the '
                   'deep states from Linux)'),),

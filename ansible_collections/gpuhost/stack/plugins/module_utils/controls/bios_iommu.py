@@ -16,7 +16,7 @@ CONTROL = Control(
     passes=("the BMC's IOMMU attribute at `gpuhost_bios_iommu` (on) and Linux's `/sys/class/iommu` agreeing"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc", "iommu"),
+    facts=("bmc", "boot", "iommu"),
     params=(param("iommu", "on", ('on', 'off'), "IOMMU",
                   'AMD Instinct System Acceptance, BIOS Settings: IOMMU Enabled, required (the kernel then runs it in pass-through: iommu.mode)'),),
 )

@@ -18,7 +18,7 @@ CONTROL = Control(
     passes=("the BMC's NPS attribute at `gpuhost_bios_nps` (1), nothing else pending, and Linux's nodes with CPUs per package the same"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc", "numa"),
+    facts=("bmc", "boot", "numa"),
     params=(param("nps", "1", ('0', '1', '2', '4'), "NUMA nodes per socket",
                   'AMD Instinct System Acceptance, BIOS Settings: NUMA nodes per socket Auto (NPS1), other values not to be used'),
             *BMC_PARAMS),

@@ -16,7 +16,7 @@ CONTROL = Control(
     passes=("the BMC's profile attribute at its maximum-performance value; Linux shows nothing of it"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc",),
+    facts=("bmc", "boot"),
     params=(param("profile", "performance", ('performance',), "system profile",
                   'AMD Instinct System Acceptance, BIOS Settings: Power Management Maximum Performance'),),
 )

@@ -16,7 +16,7 @@ CONTROL = Control(
     passes=("left as it is by default; otherwise the BMC's Resizable BAR attribute at `gpuhost_bios_rebar`"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc",),
+    facts=("bmc", "boot"),
     params=(param("rebar", "keep", ('on', 'off'), "Resizable BAR",
                   'no GPU-server guide asks for it; pcie.bar1 judges the aperture the GPU gets'),),
 )

@@ -17,7 +17,7 @@ CONTROL = Control(
     passes=("the BMC's SMT attribute at `gpuhost_bios_smt` (on) and Linux's `smt/control` agreeing (`notsupported`: off in the firmware)"),
     repair=("writes the value to the BMC's settings for the next reset (one request for all the host's bios controls), "
             "where the firmware's registry offers it; the reboot applies it with the OS's changes"),
-    facts=("bmc", "cpu"),
+    facts=("bmc", "boot", "cpu"),
     params=(param("smt", "on", ('on', 'off'), "SMT",
                   "AMD Instinct System Acceptance, BIOS Settings: SMT Auto where the primary application is not compute-bound, as a GPU "
                   "server's host side is"),),
