@@ -14,7 +14,10 @@ one the Bios resource has, each value one the registry offers, else HTTP 400 wit
 message; If-Match with a stale ETag: 412) makes them pending; the host's next reset (`reset`,
 called by the supervisor as the host reboots) applies them, as the firmware does, but those
 the spec says the firmware ignores, and renames the attributes a firmware update renames.
-Pending values and the current ones are kept in the host's bmc/state.json across reboots.
+Pending values and the current ones are kept in the host's bmc/state.json across reboots
+(and over the spec's attributes: a changed spec takes effect in a new lab). A renamed
+attribute's effects (spec bmc.effects, keyed by the old name) no longer apply: the host boots
+as the spec's own fields describe it.
 """
 from __future__ import annotations
 
