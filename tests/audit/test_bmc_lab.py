@@ -7,6 +7,7 @@ it with the OS's changes and both sides agree after it; a value the firmware ign
 attribute a firmware update renames is a finding naming the BMC, never a second reboot."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -143,7 +144,7 @@ def test_one_fix_writes_the_bios_once_and_one_reboot_applies_it_with_the_os_chan
     assert again.report is not None, again.stderr[-2000:]
     assert writes(lab) == ["PATCH /redfish/v1/Systems/1/Bios/Settings"] and lab.status(HOST)["boots"] == boots + 1
     assert again.changed(HOST) == set() and "nothing to fix" in again.stderr
-    texts = [run.stdout, run.stderr, again.stdout, again.stderr]
+    texts = [run.stdout, run.stderr, again.stdout, again.stderr, json.dumps(run.report), json.dumps(again.report)]
     texts += [p.read_text(errors="replace") for p in lab.dir.rglob("*.log")]
     assert not [t for t in texts if SECRET in t]
 

@@ -30,8 +30,8 @@ def ca(tmp_path_factory):
 def lab(ca, tmp_path):
     made = []
 
-    def start(attributes=ATTRS, pending=None, registry=REGISTRY, vendor="Lenovo", **firmware):
-        docs = labbmc.documents(vendor, attributes, pending, registry)
+    def start(attributes=ATTRS, pending=None, registry=REGISTRY, vendor="Lenovo", apply_times=("OnReset",), **firmware):
+        docs = labbmc.documents(vendor, attributes, pending, registry, apply_times=apply_times)
         server = Redfish(docs, ca[1], ca[2], password=PASSWORD)
         server.state, server.ignores = tmp_path / "state.json", tuple(firmware.get("ignores", ()))
         server.renames = dict(firmware.get("renames", {}))
@@ -290,3 +290,13 @@ def test_a_real_dell_registry_keeps_turbo_and_c_states_read_only_outside_the_cus
     found = controls.evaluate({"bmc": bmc}, {})
     assert found["bios.cstates"]["status"] == "manual" and "its registry marks ProcCStates read-only" in found["bios.cstates"]["message"]
     assert found["bios.smt"]["status"] == "drift" and found["bios.smt"]["fix"]["bios"]["attributes"] == {"LogicalProc": "Enabled"}
+
+
+def test_an_idrac_without_apply_times_gets_its_configuration_job_by_a_post(lab):
+    server, bmc = lab(attributes={"LogicalProc": "Disabled"}, registry={"LogicalProc": ["Enabled", "Disabled"]},
+                      vendor="Dell", apply_times=())
+    out = write_bios(bmc, None, {"bios.smt": {"LogicalProc": "Enabled"}})
+    assert out["apply_time"] is None and out["job"].startswith("JID_")
+    assert writes(server) == [("PATCH", "/redfish/v1/Systems/1/Bios/Settings"),
+                              ("POST", "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs")]
+    assert server.reset()["LogicalProc"] == "Enabled" and read_bios(bmc)["pending"] == {}

@@ -67,7 +67,8 @@ def _openssl(*args: str) -> None:
 
 
 def documents(vendor: str, attributes: dict, pending: dict | None = None, registry: dict | None = None,
-              systems: tuple = ("1",), registry_name: str = "BiosAttributeRegistry.v1_0_0") -> dict:
+              systems: tuple = ("1",), registry_name: str = "BiosAttributeRegistry.v1_0_0",
+              apply_times: tuple = ("OnReset",)) -> dict:
     """The resources of a BMC whose first system has these BIOS *attributes*: the service root
     (its Vendor), the Systems collection, the system, its Bios, the settings object holding
     what is *pending*, and, where given, the attribute registry (attribute -> values offered)."""
@@ -85,7 +86,7 @@ def documents(vendor: str, attributes: dict, pending: dict | None = None, regist
                     "Attributes": dict(attributes),
                     "@Redfish.Settings": {"@odata.type": "#Settings.v1_3_5.Settings",
                                           "SettingsObject": {"@odata.id": settings_path},
-                                          "SupportedApplyTimes": ["OnReset"]}},
+                                          **({"SupportedApplyTimes": list(apply_times)} if apply_times else {})}},
         settings_path: {"@odata.id": settings_path, "@odata.type": "#Bios.v1_2_0.Bios", "Attributes": dict(pending or {})},
         "/redfish/v1/Registries": {"@odata.id": "/redfish/v1/Registries", "Members": []},
     }
@@ -139,6 +140,11 @@ class Redfish:
                     time.sleep(outer.delay)
                 if self.headers.get("Authorization") != outer.auth:
                     self._send(401, b'{"error": {"code": "Base.1.0.NoValidSession"}}')
+                    return
+                if self.command == "POST" and self.path == DELL_JOBS and outer.vendor == "Dell":
+                    length = int(self.headers.get("Content-Length") or 0)
+                    code, body, location = outer.create_job(self.rfile.read(length))
+                    self._send(code, body, location=location)
                     return
                 if self.command == "PATCH" and self.path == outer.settings_path:
                     length = int(self.headers.get("Content-Length") or 0)
@@ -239,13 +245,34 @@ class Redfish:
             self.docs[self.settings_path]["Attributes"].update({str(k): v for k, v in attrs.items()})
             location = None
             if self.vendor == "Dell" and (body.get("@Redfish.SettingsApplyTime") or {}).get("ApplyTime") == "OnReset":
-                job = f"JID_{len([p for p in self.docs if p.startswith(DELL_JOBS + '/')]) + 1:012d}"
-                location = f"{DELL_JOBS}/{job}"
-                self.docs[location] = {"@odata.id": location, "Id": job, "JobType": "BIOSConfiguration",
-                                       "JobState": "Scheduled", "PercentComplete": 0,
-                                       "Message": "Task successfully scheduled."}
+                location = self._new_job()
             self._save()
         return (202 if location else 204), b"", location
+
+    def create_job(self, raw: bytes) -> tuple[int, bytes, str | None]:
+        """An iDRAC's POST to its Jobs: a BIOS configuration job for the pending values of the
+        settings object it names (TargetSettingsURI), as dell/iDRAC-Redfish-Scripting asks for one."""
+        try:
+            target = (json.loads(raw.decode()) or {}).get("TargetSettingsURI")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            return 400, _error("Base.1.0.MalformedJSON", "The request body submitted was malformed JSON."), None
+        with self.lock:
+            if target != self.settings_path:
+                return 400, _error("Base.1.0.PropertyValueNotInList", f"The value {target} for TargetSettingsURI is "
+                                                                      "not in the list of acceptable values."), None
+            if not self.docs[self.settings_path].get("Attributes"):
+                return 400, _error("IDRAC.2.9.SYS018", "No pending data present to create a Configuration job."), None
+            location = self._new_job()
+            self._save()
+        return 200, json.dumps({"Id": location.rsplit("/", 1)[-1]}).encode(), location
+
+    def _new_job(self) -> str:
+        """A scheduled BIOS configuration job's URI (caller holds the lock)."""
+        job = f"JID_{len([p for p in self.docs if p.startswith(DELL_JOBS + '/')]) + 1:012d}"
+        location = f"{DELL_JOBS}/{job}"
+        self.docs[location] = {"@odata.id": location, "Id": job, "JobType": "BIOSConfiguration",
+                               "JobState": "Scheduled", "PercentComplete": 0, "Message": "Task successfully scheduled."}
+        return location
 
     def reset(self) -> dict:
         """The host's reset: a firmware update renames attributes first (once; their pending
