@@ -238,6 +238,38 @@ def read_bios(bmc, system_id=None, wanted=()):
     return out
 
 
+def unwritable(state, name):
+    """Why gpuhost must not write the attribute *name* through the BMC that *state* (read_bios)
+    describes, or None: the one rule for the judgement (controls/bios.py) and the writer
+    (redfish_write.py). Only over a verified connection, only to a settings object the Bios
+    resource names and whose pending values can be read back (DSP0266: values for the next
+    reset), never to an iDRAC whose values wait for their job, and only what the firmware's
+    own registry lists as writable (the value it offers is checked apart: offers)."""
+    if not state.get("tls_verified", True):
+        # the audit may read through an unverified certificate, named in every finding; a write
+        # (the credentials and the firmware's next settings) goes only where the BMC is proven
+        return ("its certificate is not verified (gpuhost_bmc_validate_certs: false), and gpuhost writes only over a "
+                "verified connection")
+    if state.get("pending_unknown"):
+        return "its settings object answers no GET, so what is pending cannot be read back"
+    if state.get("vendor") == "dell" and state.get("pending"):
+        # iDRAC refuses a new set while a configuration job waits for the last (SYS011)
+        return ("%s already wait for the next reset; an iDRAC takes no new values while a configuration job waits: "
+                "reboot to apply them, or delete the job, then run gpuhost again" % ", ".join(sorted(state["pending"])))
+    if not state.get("settings_object"):
+        return "its Bios resource names no settings object (@Redfish.Settings), so it takes no values for the next reset"
+    if state.get("registry_error"):
+        return "its attribute registry could not be read (%s), and gpuhost writes only what it offers" % state["registry_error"]
+    if state.get("registry") is None:
+        return "no attribute registry was read from it, and gpuhost writes only what the registry offers"
+    entry = state["registry"].get(name)
+    if entry is None:
+        return "its attribute registry does not list %s, and gpuhost writes only what it offers" % name
+    if entry.get("read_only"):
+        return "its registry marks %s read-only" % name
+    return None
+
+
 def offers(entry, value):
     """Whether a registry *entry* (read_registry's) offers *value*: by its ValueName, or by its
     ValueDisplayName where the firmware's attributes hold the displayed word (Supermicro); an

@@ -21,7 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import (
-    Bmc, RedfishError, match_attribute, offers, read_bios)
+    Bmc, RedfishError, match_attribute, offers, read_bios, unwritable)
 
 DELL_JOBS = "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs"
 
@@ -44,10 +44,6 @@ def plan_write(state, staged):
     RedfishError, naming the BMC, when any value cannot be written: then nothing is."""
     address = state["address"]
     attributes, pending = state.get("attributes") or {}, state.get("pending") or {}
-    registry = state.get("registry") or {}
-    if not state.get("settings_object"):
-        raise RedfishError("%s: its Bios resource names no settings object (@Redfish.Settings): it takes no "
-                           "values for the next reset; nothing written" % address)
     send, served, skipped, asked = {}, {}, [], {}
     for control in sorted(staged):
         for name, value in sorted((staged[control] or {}).items()):
@@ -55,23 +51,19 @@ def plan_write(state, staged):
             if not found:
                 raise RedfishError("%s: the firmware no longer has %s (%s; renamed by a firmware update?): "
                                    "nothing written" % (address, name, control))
-            if state.get("registry_error"):
-                raise RedfishError("%s: its attribute registry could not be read (%s): nothing written" % (
-                    address, state["registry_error"]))
-            entry = registry.get(found)
-            if entry is None:
-                raise RedfishError("%s: its attribute registry does not list %s: nothing written" % (address, found))
-            if entry.get("read_only"):
-                raise RedfishError("%s: its registry marks %s read-only: nothing written" % (address, found))
-            if not offers(entry, value):
-                raise RedfishError("%s: its registry offers %s for %s, not %s: nothing written" % (
-                    address, ", ".join(map(str, entry["values"])), found, value))
             if asked.setdefault(found, value) != value:
                 raise RedfishError("%s: %s is asked for as %s and %s: nothing written" % (address, found, asked[found], value))
             now, next_ = attributes.get(found), pending.get(found)
             if next_ == value or (now == value and next_ is None):
                 skipped.append((found, "already %s" % ("pending" if next_ == value else "set")))
                 continue
+            why = unwritable(state, found)
+            if why:
+                raise RedfishError("%s: %s: nothing written" % (address, why))
+            entry = state["registry"][found]
+            if not offers(entry, value):
+                raise RedfishError("%s: its registry offers %s for %s, not %s: nothing written" % (
+                    address, ", ".join(map(str, entry["values"])), found, value))
             send[found] = value
             served.setdefault(control, []).append(found)
     return send, served, skipped
@@ -91,10 +83,7 @@ def write_bios(bmc, system_id, staged, check=False, wanted=()):
            "settings_object": state["settings_object"], "apply_time": None, "job": None, "checked": bool(check)}
     if not send or check:
         return out
-    path = state["settings_object"]
-    if state.get("pending_unknown"):
-        raise RedfishError("%s: its settings object %s answers no GET, so what is pending cannot be read back: "
-                           "nothing written" % (bmc.address, path))
+    path = state["settings_object"]     # there is one: plan_write sends nothing otherwise (unwritable)
     # the ETag of the settings object as read_bios read it, the state this write was planned on:
     # a change made since then fails the PATCH (412) instead of being overwritten
     etag = state.get("settings_etag")

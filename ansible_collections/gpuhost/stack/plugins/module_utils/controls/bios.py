@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.fixes import BiosSet, fix_of
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.gates import rebooted_by_gpuhost
 from ansible_collections.gpuhost.stack.plugins.module_utils.controls.model import Finding, Host, Param, error, na
-from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import match_attribute, offers
+from ansible_collections.gpuhost.stack.plugins.module_utils.redfish import match_attribute, offers, unwritable
 
 KEEP = "keep"
 
@@ -225,34 +225,6 @@ def written_before(h: Host, cid: str) -> str | None:
     except (ValueError, TypeError, IndexError):
         return None
     return str(expected) if expected else None
-
-
-def unwritable(bmc: dict, name: str) -> str | None:
-    """Why gpuhost must not write *name* through this BMC, or None: it writes only to a settings
-    object the Bios resource names (DSP0266: values for the next reset), only what the firmware's
-    own registry lists as writable (its offered values were checked before)."""
-    if not bmc.get("tls_verified", True):
-        # the audit may read through an unverified certificate, named in every finding; a write
-        # (the credentials and the firmware's next settings) goes only where the BMC is proven
-        return "its certificate is not verified (gpuhost_bmc_validate_certs: false), and gpuhost writes only over a verified connection"
-    if bmc.get("pending_unknown"):
-        return "its settings object answers no GET, so what is pending cannot be read back"
-    if bmc.get("vendor") == "dell" and bmc.get("pending"):
-        # iDRAC refuses a new set while a configuration job waits for the last (SYS011)
-        return (f"{', '.join(sorted(bmc['pending']))} already wait for the next reset; an iDRAC takes no new values "
-                "while a configuration job waits: reboot to apply them, or delete the job, then run gpuhost again")
-    if not bmc.get("settings_object"):
-        return "its Bios resource names no settings object (@Redfish.Settings), so it takes no values for the next reset"
-    if bmc.get("registry_error"):
-        return f"its attribute registry could not be read ({bmc['registry_error']}), and gpuhost writes only what it offers"
-    if bmc.get("registry") is None:
-        return "no attribute registry was read from it, and gpuhost writes only what the registry offers"
-    entry = (bmc.get("registry") or {}).get(name)
-    if entry is None:
-        return f"its attribute registry does not list {name}, and gpuhost writes only what it offers"
-    if entry.get("read_only"):
-        return f"its registry marks {name} read-only"
-    return None
 
 
 def _write(h: Host, cid: str, bmc: dict, name: str, wanted: str, observed: str, where: str, what: str) -> Finding:
