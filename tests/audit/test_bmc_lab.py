@@ -139,6 +139,21 @@ def test_one_fix_writes_the_bios_once_and_one_reboot_applies_it_with_the_os_chan
     # every control passes after the one reboot, the container's CPU set too: chosen under NPS4's
     # eight nodes, it holds CPUs of both of NPS1's
     assert {c: s for c, s in got.items() if s not in ("pass", "na")} == {}, got
+    # the testinfra oracle (tests/verify, its own reads of the BMC and of Linux) agrees: the
+    # whole host passes, the bios controls and the Linux controls they cause among them
+    import sys
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    from conftest import ci_stdin
+    junit = Path(lab.dir) / "verify.xml"
+    with ci_stdin() as stdin:
+        verified = subprocess.run([sys.executable, "-m", "gpuhost.cli", "verify", "-i", str(lab.inventory), "--junit",
+                                   str(junit)], stdin=stdin, capture_output=True, text=True, timeout=600)
+    assert verified.returncode == 0, verified.stdout[-3000:]
+    passed = {case.get("name").split("[")[0] for case in ET.parse(junit).getroot().iter("testcase")
+              if not list(case)}
+    assert {"test_bios_cppc", "test_bios_boost", "test_bios_nps", "test_cpu_driver", "test_cpu_boost"} <= passed, passed
     # a second fix writes nothing to the BMC, changes nothing and reboots nothing
     again = gpuhost("fix", "-i", str(lab.inventory), "--yes", "--reboot", "if-needed")
     assert again.report is not None, again.stderr[-2000:]
