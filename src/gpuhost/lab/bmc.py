@@ -230,8 +230,7 @@ class Redfish:
                                                                     "to change this resource."), None
             if if_match and if_match not in ("*", self.etag()):
                 return 412, _error("Base.1.0.PreconditionFailed", "The ETag supplied did not match the current ETag."), None
-            waiting = [p for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/") and d.get("JobState") == "Scheduled"]
-            if self.vendor == "Dell" and waiting:
+            if self.vendor == "Dell" and self._scheduled():
                 return 400, _error("IDRAC.2.9.SYS011", "Pending configuration values are already committed, unable to "
                                                        "perform another set operation."), None
             current = self.docs[self.bios_path]["Attributes"]
@@ -266,9 +265,17 @@ class Redfish:
             self._save()
         return 200, json.dumps({"Id": location.rsplit("/", 1)[-1]}).encode(), location
 
+    def _jobs(self) -> dict:
+        """The iDRAC's jobs: URI -> document (caller holds the lock)."""
+        return {p: d for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/")}
+
+    def _scheduled(self) -> list:
+        """Its jobs that wait for the next reset (caller holds the lock)."""
+        return [d for d in self._jobs().values() if d.get("JobState") == "Scheduled"]
+
     def _new_job(self) -> str:
         """A scheduled BIOS configuration job's URI (caller holds the lock)."""
-        job = f"JID_{len([p for p in self.docs if p.startswith(DELL_JOBS + '/')]) + 1:012d}"
+        job = f"JID_{len(self._jobs()) + 1:012d}"
         location = f"{DELL_JOBS}/{job}"
         self.docs[location] = {"@odata.id": location, "Id": job, "JobType": "BIOSConfiguration",
                                "JobState": "Scheduled", "PercentComplete": 0, "Message": "Task successfully scheduled."}
@@ -290,7 +297,7 @@ class Redfish:
                     current[new] = current.pop(old)
                 pending.pop(old, None)
             self.renames = {}
-            jobs = [d for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/") and d.get("JobState") == "Scheduled"]
+            jobs = self._scheduled()
             if self.vendor == "Dell" and (not jobs or "job_never_runs" in self.faults):
                 kept = dict(pending)        # no job (or one that never runs): nothing applies
             else:
@@ -312,7 +319,7 @@ class Redfish:
             tmp.write_text(json.dumps({"attributes": self.docs[self.bios_path]["Attributes"],
                                        "pending": self.docs[self.settings_path]["Attributes"],
                                        "renames": self.renames,
-                                       "jobs": {p: d for p, d in self.docs.items() if p.startswith(DELL_JOBS + "/")}},
+                                       "jobs": self._jobs()},
                                       sort_keys=True))
             tmp.replace(self.state)
 

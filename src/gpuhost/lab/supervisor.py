@@ -63,6 +63,7 @@ class Supervisor:
         # until `lab up` adopts the lab (its inventory written), the lab lives only as long
         # as that process: an `up` killed mid-way (even by SIGKILL) leaves nothing running
         self.adopted = threading.Event()
+        self.bmcs: dict = {}        # host name -> its BMC (gpuhost.lab.bmc.Redfish), from _start_bmcs
         self.owner = os.getppid()
 
     # ---- the FUSE side -------------------------------------------------------------
@@ -99,7 +100,6 @@ class Supervisor:
         """Each host's BMC (gpuhost.lab.bmc), on the host's address, for as long as the lab runs:
         a BMC runs on standby power whatever its host does."""
         from .bmc import Redfish, documents
-        self.bmcs = {}
         for h in self.hosts.values():
             b = getattr(h.spec, "bmc", None)
             if b is None or "unreachable" in b.faults:
@@ -114,7 +114,7 @@ class Supervisor:
         """The host as its firmware makes it at this boot: at a reboot (a reset) its BMC first
         applies what is pending (gpuhost.lab.bmc.Redfish.reset); the first boot of a lab is the
         host as the spec describes it, already running."""
-        bmc = getattr(self, "bmcs", {}).get(h.name)
+        bmc = self.bmcs.get(h.name)
         if bmc is None:
             return h.spec
         return with_firmware(h.spec, bmc.reset() if h.boots else bmc.attributes())

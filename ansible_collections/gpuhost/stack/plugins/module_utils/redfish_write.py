@@ -69,7 +69,7 @@ def plan_write(state, staged):
     return send, served, skipped
 
 
-def write_bios(bmc, system_id, staged, check=False, wanted=()):
+def write_bios(bmc, system_id, staged, check=False):
     """Write the *staged* BIOS values ({control: {attribute: value}}) to the settings object
     in one PATCH, to apply at the next reset; in *check* mode only say what would be sent.
     Returns {"written": {attr: value}, "controls": {control: [attr]}, "skipped": [...],
@@ -77,7 +77,7 @@ def write_bios(bmc, system_id, staged, check=False, wanted=()):
     if not bmc.verify:
         raise RedfishError("%s: its certificate is not verified (gpuhost_bmc_validate_certs: false): gpuhost writes "
                            "BIOS settings only over a verified connection; nothing written" % bmc.address)
-    state = read_bios(bmc, system_id, tuple(wanted) + tuple(n for v in staged.values() for n in v))
+    state = read_bios(bmc, system_id, tuple(n for v in staged.values() for n in v))
     send, served, skipped = plan_write(state, staged)
     out = {"address": bmc.address, "written": send, "controls": served, "skipped": skipped,
            "settings_object": state["settings_object"], "apply_time": None, "job": None, "checked": bool(check)}
